@@ -1,0 +1,77 @@
+// Package hostd wires the daemon together: store, VMM driver, sandbox manager
+// and HTTP API. cmd/hostd and `agentbox serve` call Run.
+package hostd
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+)
+
+// DefaultListen is where hostd listens unless told otherwise.
+const DefaultListen = "127.0.0.1:7070"
+
+// DefaultDataDir holds hostd's state unless told otherwise.
+const DefaultDataDir = "/var/lib/agentbox"
+
+// DefaultCacheDir holds the guest kernel, initramfs and base image that the
+// kernel/ and images/ scripts build (override with AGENTBOX_CACHE).
+const DefaultCacheDir = "/var/cache/agentbox"
+
+// Config is hostd's configuration. Zero values take the defaults above.
+type Config struct {
+	// Listen is the API's TCP address.
+	Listen string
+	// DataDir holds agentbox.db, api-key and sandboxes/.
+	DataDir string
+	// APIKey, if set, is accepted in addition to the stored keys.
+	APIKey string
+	// Kernel, Initramfs and BaseImage are the guest's boot assets.
+	Kernel    string
+	Initramfs string
+	BaseImage string
+	// VMM is auto, qemu or cloud-hypervisor.
+	VMM string
+	// Accel is auto, kvm or tcg (QEMU).
+	Accel string
+	// DefaultVCPUs and DefaultMemoryMiB size sandboxes that don't say.
+	DefaultVCPUs     int
+	DefaultMemoryMiB int
+	// Logger receives hostd's logs.
+	Logger *slog.Logger
+}
+
+// CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.
+func CacheDir() string {
+	if d := os.Getenv("AGENTBOX_CACHE"); d != "" {
+		return d
+	}
+	return DefaultCacheDir
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	cache := CacheDir()
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Listen, DefaultListen)
+	def(&c.DataDir, DefaultDataDir)
+	def(&c.Kernel, filepath.Join(cache, "kernel", "vmlinux"))
+	def(&c.Initramfs, filepath.Join(cache, "initramfs.cpio.gz"))
+	def(&c.BaseImage, filepath.Join(cache, "images", "base.qcow2"))
+	def(&c.VMM, "auto")
+	def(&c.Accel, "auto")
+	if c.DefaultVCPUs == 0 {
+		c.DefaultVCPUs = 1
+	}
+	if c.DefaultMemoryMiB == 0 {
+		c.DefaultMemoryMiB = 512
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

@@ -1,0 +1,126 @@
+// Package vmm defines the narrow interface between hostd and a virtual machine
+// monitor. Each backend (vmm/qemu, vmm/cloudhypervisor) runs one VMM process per
+// sandbox and owns the agent channel to the guest; nothing above this package
+// knows which transport carries the agent's bytes.
+package vmm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+)
+
+// AgentPort is the channel port on which guestinit serves its ttrpc services.
+const AgentPort uint32 = 1024
+
+// Sentinel errors shared by every backend.
+var (
+	// ErrNotRunning is returned by calls on a VM whose process has exited.
+	ErrNotRunning = errors.New("vmm: not running")
+	// ErrUnsupported is returned when a backend cannot do what was asked here
+	// (for example a snapshot made by another backend).
+	ErrUnsupported = errors.New("vmm: unsupported")
+	// ErrInvalidConfig wraps every Config.Validate failure.
+	ErrInvalidConfig = errors.New("vmm: invalid config")
+	// ErrBinaryNotFound is returned when the backend's VMM binary is missing.
+	ErrBinaryNotFound = errors.New("vmm: binary not found")
+)
+
+// Accel names a CPU accelerator.
+type Accel string
+
+// Accelerators. AccelAuto lets the backend probe.
+const (
+	AccelAuto Accel = ""
+	AccelKVM  Accel = "kvm"
+	AccelTCG  Accel = "tcg"
+)
+
+// Disk is a block device given to the guest. The first disk of a Config is the
+// root disk (/dev/vda in the guest).
+type Disk struct {
+	// Path is the image file (qcow2 unless Raw).
+	Path string
+	// ReadOnly attaches the disk read-only.
+	ReadOnly bool
+	// Raw marks a raw image instead of qcow2.
+	Raw bool
+}
+
+// Config describes one VM. All paths are absolute.
+type Config struct {
+	// ID names the VM in logs and on the host (the sandbox id).
+	ID string
+	// Dir is a directory owned by this VM for its sockets and state. It must exist.
+	Dir string
+	// Kernel is a PVH vmlinux ELF.
+	Kernel string
+	// Initramfs holds guestinit and the kernel modules it loads.
+	Initramfs string
+	// Cmdline is appended to the backend's own kernel arguments.
+	Cmdline string
+	// VCPUs and MemoryMiB size the guest.
+	VCPUs     int
+	MemoryMiB int
+	// Disks are attached in order; the first is the root disk.
+	Disks []Disk
+	// ConsoleLog receives the guest's serial console.
+	ConsoleLog string
+}
+
+// Validate reports the first problem with c, wrapped in ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.ID == "":
+		return fmt.Errorf("%w: empty ID", ErrInvalidConfig)
+	case c.Dir == "":
+		return fmt.Errorf("%w: empty Dir", ErrInvalidConfig)
+	case c.Kernel == "":
+		return fmt.Errorf("%w: empty Kernel", ErrInvalidConfig)
+	case c.VCPUs < 1:
+		return fmt.Errorf("%w: vcpus %d < 1", ErrInvalidConfig, c.VCPUs)
+	case c.MemoryMiB < 64:
+		return fmt.Errorf("%w: memory %d MiB < 64", ErrInvalidConfig, c.MemoryMiB)
+	case c.ConsoleLog == "":
+		return fmt.Errorf("%w: empty ConsoleLog", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Driver starts VMs of one backend.
+type Driver interface {
+	// Name is the backend's name ("qemu", "cloud-hypervisor").
+	Name() string
+	// Start launches a VMM process and boots cfg's kernel. It returns once the
+	// VMM runs the guest; the guest agent may not answer yet (Dial retries are
+	// the caller's). ctx bounds the launch only, never the VM's life.
+	Start(ctx context.Context, cfg Config) (VM, error)
+	// Restore launches a VMM process from a snapshot that a VM of this backend
+	// wrote with VM.Snapshot into dir. The VM starts paused; call Resume.
+	// A snapshot of another backend is refused with ErrUnsupported.
+	Restore(ctx context.Context, cfg Config, dir string) (VM, error)
+}
+
+// VM is one running VMM process.
+type VM interface {
+	// PID is the VMM process id.
+	PID() int
+	// Dial opens a new stream to the guest's channel port. Connections are
+	// reset by a restore; dial again afterwards.
+	Dial(ctx context.Context, port uint32) (net.Conn, error)
+	// Pause stops the vCPUs; Resume restarts them.
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	// Snapshot writes the paused VM's memory and device state into dir (which
+	// must exist and be empty). Disks are the caller's to freeze.
+	Snapshot(ctx context.Context, dir string) error
+	// Stop ends the VM: a graceful request, then SIGTERM, then SIGKILL, bounded
+	// by ctx. It returns once the process has exited and its files are closed.
+	Stop(ctx context.Context) error
+	// Wait blocks until the VMM process exits or ctx ends, and returns the
+	// exit error (nil for a clean exit) or ctx.Err().
+	Wait(ctx context.Context) error
+	// Done is closed once the VMM process has exited.
+	Done() <-chan struct{}
+}
