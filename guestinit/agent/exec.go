@@ -1,0 +1,432 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
+)
+
+// Limits of the Exec service.
+const (
+	logCapacity    = 4 << 20 // bytes of output kept per session
+	maxReadBytes   = 1 << 20 // most bytes one Read returns
+	maxReadWait    = 10 * time.Second
+	maxSessions    = 256 // sessions kept, running or not
+	drainAfterExit = 250 * time.Millisecond
+)
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	Code   int            // exit code, or -1 when a signal ended it
+	Signal syscall.Signal // the signal, or 0
+}
+
+// Spawner starts a process and reports its exit once. As PID 1, guestinit's
+// reaper owns every wait; elsewhere WaitSpawner waits with cmd.Wait.
+type Spawner interface {
+	Spawn(cmd *exec.Cmd) (<-chan ExitStatus, error)
+}
+
+// WaitSpawner is a Spawner for processes that are not PID 1.
+type WaitSpawner struct{}
+
+// Spawn starts cmd and waits for it in a goroutine.
+func (WaitSpawner) Spawn(cmd *exec.Cmd) (<-chan ExitStatus, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ch := make(chan ExitStatus, 1)
+	go func() {
+		_ = cmd.Wait()
+		ch <- StatusOf(cmd.ProcessState.Sys().(syscall.WaitStatus))
+	}()
+	return ch, nil
+}
+
+// StatusOf converts a wait status.
+func StatusOf(ws syscall.WaitStatus) ExitStatus {
+	if ws.Signaled() {
+		return ExitStatus{Code: -1, Signal: ws.Signal()}
+	}
+	return ExitStatus{Code: ws.ExitStatus()}
+}
+
+// BaseEnv is the environment every command starts from.
+var BaseEnv = map[string]string{
+	"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME": "/root",
+	"LANG": "C.UTF-8",
+	"TERM": "xterm-256color",
+	"USER": "root",
+}
+
+// Exec is the Exec service.
+type Exec struct {
+	spawner Spawner
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+var _ agentv1.ExecService = (*Exec)(nil)
+
+// NewExec returns an Exec service that starts processes with sp.
+func NewExec(sp Spawner, log *slog.Logger) *Exec {
+	return &Exec{spawner: sp, log: log, sessions: map[string]*session{}}
+}
+
+// session is one process and its output.
+type session struct {
+	id      string
+	argv    []string
+	pid     int
+	out     *outputLog
+	stdin   *os.File
+	started time.Time
+
+	mu     sync.Mutex
+	ended  time.Time
+	status ExitStatus
+	done   chan struct{}
+}
+
+func (s *session) exited() (ExitStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status, !s.ended.IsZero()
+}
+
+// Start launches a process.
+func (e *Exec) Start(ctx context.Context, req *agentv1.StartRequest) (*agentv1.StartResponse, error) {
+	s, err := e.start(req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentv1.StartResponse{Id: s.id, Pid: int32(s.pid)}, nil
+}
+
+func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
+	argv := req.Argv
+	if req.Shell != "" {
+		argv = []string{"/bin/sh", "-c", req.Shell}
+	}
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, fmt.Errorf("%w: empty command", errBadArgs)
+	}
+	cmd, err := buildCmd(argv, req.Env, req.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{id: newID(), argv: argv, out: newOutputLog(logCapacity), started: time.Now(), done: make(chan struct{})}
+	pipes, err := attachPipes(cmd, s, req.Stdin)
+	if err != nil {
+		return nil, err
+	}
+	exit, err := e.spawner.Spawn(cmd)
+	pipes.closeChildEnds()
+	if err != nil {
+		pipes.closeParentEnds()
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	s.pid = cmd.Process.Pid
+	e.add(s)
+	e.log.Info("exec started", "exec_id", s.id, "pid", s.pid, "argv0", argv[0])
+	go e.watch(s, exit, pipes)
+	return s, nil
+}
+
+func buildCmd(argv []string, env map[string]string, cwd string) (*exec.Cmd, error) {
+	merged := map[string]string{}
+	for k, v := range BaseEnv {
+		merged[k] = v
+	}
+	for k, v := range env {
+		merged[k] = v
+	}
+	path := argv[0]
+	if !containsSlash(path) {
+		lp, err := lookPath(path, merged["PATH"])
+		if err != nil {
+			return nil, err
+		}
+		path = lp
+	}
+	cmd := &exec.Cmd{Path: path, Args: argv}
+	for k, v := range merged {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	sort.Strings(cmd.Env)
+	cmd.Dir = cwd
+	if cwd == "" {
+		cmd.Dir = BaseEnv["HOME"]
+		if _, err := os.Stat(cmd.Dir); err != nil {
+			cmd.Dir = "/"
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, nil
+}
+
+func containsSlash(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+// lookPath finds file in the given PATH (not the agent's own).
+func lookPath(file, pathEnv string) (string, error) {
+	for _, dir := range splitList(pathEnv) {
+		p := dir + "/" + file
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}
+
+func splitList(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ':' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// pipeSet holds a process's pipes.
+type pipeSet struct {
+	child  []*os.File // ends the child owns
+	stdout *os.File
+	stderr *os.File
+}
+
+func attachPipes(cmd *exec.Cmd, s *session, withStdin bool) (*pipeSet, error) {
+	p := &pipeSet{}
+	var err error
+	var w *os.File
+	if p.stdout, w, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	cmd.Stdout, p.child = w, append(p.child, w)
+	if p.stderr, w, err = os.Pipe(); err != nil {
+		p.closeChildEnds()
+		p.closeParentEnds()
+		return nil, err
+	}
+	cmd.Stderr, p.child = w, append(p.child, w)
+	if withStdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.closeChildEnds()
+			p.closeParentEnds()
+			return nil, err
+		}
+		cmd.Stdin, p.child, s.stdin = r, append(p.child, r), w
+	}
+	return p, nil
+}
+
+func (p *pipeSet) closeChildEnds() {
+	for _, f := range p.child {
+		f.Close()
+	}
+	p.child = nil
+}
+
+func (p *pipeSet) closeParentEnds() {
+	for _, f := range []*os.File{p.stdout, p.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// watch pumps output until the process has exited and its pipes are drained.
+func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go pump(&pumps, p.stdout, s.out, agentv1.OutputKind_OUTPUT_KIND_STDOUT)
+	go pump(&pumps, p.stderr, s.out, agentv1.OutputKind_OUTPUT_KIND_STDERR)
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+
+	st := <-exit
+	select {
+	case <-drained:
+	case <-time.After(drainAfterExit):
+		// A child of the process still holds the pipes open; stop reading.
+		p.closeParentEnds()
+		<-drained
+	}
+	p.closeParentEnds()
+	if s.stdin != nil {
+		s.stdin.Close()
+	}
+	s.mu.Lock()
+	s.status, s.ended = st, time.Now()
+	s.mu.Unlock()
+	s.out.close()
+	close(s.done)
+	e.log.Info("exec exited", "exec_id", s.id, "pid", s.pid, "exit_code", st.Code, "signal", int(st.Signal))
+}
+
+func pump(wg *sync.WaitGroup, r io.Reader, out *outputLog, kind agentv1.OutputKind) {
+	defer wg.Done()
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := r.Read(buf)
+		if n > 0 {
+			out.append(kind, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (e *Exec) add(s *session) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sessions[s.id] = s
+	if len(e.sessions) <= maxSessions {
+		return
+	}
+	// Forget the oldest finished session.
+	var oldest *session
+	for _, o := range e.sessions {
+		if _, ok := o.exited(); ok && (oldest == nil || o.started.Before(oldest.started)) {
+			oldest = o
+		}
+	}
+	if oldest != nil {
+		delete(e.sessions, oldest.id)
+	}
+}
+
+func (e *Exec) get(id string) (*session, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", errNoSession, id)
+	}
+	return s, nil
+}
+
+// Read returns output from an offset.
+func (e *Exec) Read(ctx context.Context, req *agentv1.ReadOutputRequest) (*agentv1.ReadOutputResponse, error) {
+	s, err := e.get(req.Id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	max := int(req.MaxBytes)
+	if max <= 0 || max > maxReadBytes {
+		max = maxReadBytes
+	}
+	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxReadWait)
+	res := s.out.read(req.Offset, max, wait, ctx.Done())
+	resp := &agentv1.ReadOutputResponse{Chunks: res.chunks, NextOffset: res.next, Lost: res.lost}
+	if res.eof {
+		st, _ := s.exited()
+		resp.Exited, resp.ExitCode, resp.Signal = true, int32(st.Code), signalName(st.Signal)
+	}
+	return resp, nil
+}
+
+// WriteStdin writes to or closes a process's stdin.
+func (e *Exec) WriteStdin(ctx context.Context, req *agentv1.WriteStdinRequest) (*agentv1.Empty, error) {
+	s, err := e.get(req.Id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if s.stdin == nil {
+		return nil, toStatus(fmt.Errorf("%w: session %s has no stdin", errBadArgs, req.Id))
+	}
+	if len(req.Data) > 0 {
+		if _, err := s.stdin.Write(req.Data); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if req.Close {
+		if err := s.stdin.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			return nil, toStatus(err)
+		}
+	}
+	return &agentv1.Empty{}, nil
+}
+
+// Signal delivers a signal to a process's group.
+func (e *Exec) Signal(ctx context.Context, req *agentv1.SignalRequest) (*agentv1.Empty, error) {
+	s, err := e.get(req.Id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if _, done := s.exited(); done {
+		return &agentv1.Empty{}, nil
+	}
+	sig := syscall.Signal(req.Signal)
+	if err := syscall.Kill(-s.pid, sig); err != nil {
+		if err := syscall.Kill(s.pid, sig); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	return &agentv1.Empty{}, nil
+}
+
+// List describes the sessions.
+func (e *Exec) List(ctx context.Context, _ *agentv1.Empty) (*agentv1.ListSessionsResponse, error) {
+	e.mu.Lock()
+	all := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		all = append(all, s)
+	}
+	e.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].started.Before(all[j].started) })
+	resp := &agentv1.ListSessionsResponse{}
+	for _, s := range all {
+		st, done := s.exited()
+		out := &agentv1.Session{Id: s.id, Argv: s.argv, Pid: int32(s.pid), Running: !done, StartedUnixNano: s.started.UnixNano()}
+		if done {
+			s.mu.Lock()
+			out.EndedUnixNano = s.ended.UnixNano()
+			s.mu.Unlock()
+			out.ExitCode, out.Signal = int32(st.Code), signalName(st.Signal)
+		}
+		resp.Sessions = append(resp.Sessions, out)
+	}
+	return resp, nil
+}
+
+func signalName(s syscall.Signal) string {
+	if s == 0 {
+		return ""
+	}
+	return unixSignalName(s)
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

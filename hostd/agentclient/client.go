@@ -1,0 +1,105 @@
+// Package agentclient is the host side of the host ↔ guest protocol: a typed
+// client for guestinit's Exec, Files and System services over one agent-channel
+// connection. Guest errors come back with their meaning: file errors as
+// *fs.PathError wrapping the guest's syscall.Errno, missing sessions as
+// ErrNoSession.
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/containerd/ttrpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
+)
+
+// Errors of the client.
+var (
+	// ErrNoSession: the guest has no exec session of that id.
+	ErrNoSession = errors.New("agentclient: no such exec session")
+	// ErrStart: the guest could not start the command.
+	ErrStart = errors.New("agentclient: command could not start")
+	// ErrInvalid: the guest refused the request's arguments.
+	ErrInvalid = errors.New("agentclient: invalid request")
+	// ErrClosed: the connection to the agent is gone.
+	ErrClosed = errors.New("agentclient: connection closed")
+)
+
+// Client talks to one guest agent.
+type Client struct {
+	conn  *ttrpc.Client
+	exec  agentv1.ExecService
+	files agentv1.FilesService
+	sys   agentv1.SystemService
+}
+
+// New wraps an open agent-channel connection. Close closes it.
+func New(conn net.Conn) *Client {
+	c := ttrpc.NewClient(conn)
+	return &Client{
+		conn:  c,
+		exec:  agentv1.NewExecClient(c),
+		files: agentv1.NewFilesClient(c),
+		sys:   agentv1.NewSystemClient(c),
+	}
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Wait blocks until the connection is gone or ctx ends.
+func (c *Client) Wait(ctx context.Context) error { return c.conn.UserOnCloseWait(ctx) }
+
+// Health asks the agent how it is.
+func (c *Client) Health(ctx context.Context) (*agentv1.HealthResponse, error) {
+	r, err := c.sys.Health(ctx, &agentv1.Empty{})
+	return r, fromStatus(err)
+}
+
+// SetTime sets the guest clock to t.
+func (c *Client) SetTime(ctx context.Context, t time.Time) error {
+	_, err := c.sys.SetTime(ctx, &agentv1.SetTimeRequest{UnixNano: t.UnixNano()})
+	return fromStatus(err)
+}
+
+// Reseed mixes entropy into the guest kernel RNG.
+func (c *Client) Reseed(ctx context.Context, entropy []byte) error {
+	_, err := c.sys.Reseed(ctx, &agentv1.ReseedRequest{Entropy: entropy})
+	return fromStatus(err)
+}
+
+// fromStatus turns a ttrpc status error back into a typed error.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ttrpc.ErrClosed) {
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	for _, d := range st.Details() {
+		if e, ok := d.(*agentv1.ErrnoDetail); ok {
+			return &fs.PathError{Op: e.Op, Path: e.Path, Err: syscall.Errno(e.Errno)}
+		}
+	}
+	switch st.Code() {
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", ErrInvalid, st.Message())
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", st.Message(), context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w", st.Message(), context.DeadlineExceeded)
+	}
+	return fmt.Errorf("agent: %s (%s)", st.Message(), st.Code())
+}

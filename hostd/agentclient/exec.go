@@ -1,0 +1,108 @@
+package agentclient
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
+)
+
+// pollWait is how long one output Read may wait in the guest.
+const pollWait = 5000
+
+// Command is one process to start.
+type Command struct {
+	Argv  []string
+	Shell string
+	Env   map[string]string
+	Cwd   string
+	// Stdin keeps stdin open for WriteStdin.
+	Stdin bool
+}
+
+// Output is a piece of a session's output.
+type Output struct {
+	Stderr bool
+	Data   []byte
+	Offset uint64
+}
+
+// Exit is how a session ended.
+type Exit struct {
+	Code   int
+	Signal string
+}
+
+// Start launches cmd and returns its session id.
+func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
+	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin})
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
+			return "", fmt.Errorf("%w: %s", ErrStart, st.Message())
+		}
+		return "", fromStatus(err)
+	}
+	return r.Id, nil
+}
+
+// Follow reads session id's output from offset, calling emit for each piece
+// in order, until the session exits or ctx ends. It returns the exit. It pulls
+// one chunk at a time, so a slow emit slows the guest process, never memory.
+func (c *Client) Follow(ctx context.Context, id string, offset uint64, emit func(Output) error) (Exit, error) {
+	for {
+		r, err := c.exec.Read(ctx, &agentv1.ReadOutputRequest{Id: id, Offset: offset, WaitMs: pollWait})
+		if err != nil {
+			if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound {
+				return Exit{}, fmt.Errorf("%w: %s", ErrNoSession, id)
+			}
+			return Exit{}, fromStatus(err)
+		}
+		for _, ch := range r.Chunks {
+			if err := emit(Output{Stderr: ch.Kind == agentv1.OutputKind_OUTPUT_KIND_STDERR, Data: ch.Data, Offset: ch.Offset}); err != nil {
+				return Exit{}, err
+			}
+		}
+		offset = r.NextOffset
+		if r.Exited {
+			return Exit{Code: int(r.ExitCode), Signal: r.Signal}, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return Exit{}, err
+		}
+	}
+}
+
+// WriteStdin writes data to session id's stdin, closing it if close is set.
+func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, close bool) error {
+	_, err := c.exec.WriteStdin(ctx, &agentv1.WriteStdinRequest{Id: id, Data: data, Close: close})
+	return c.sessionErr(id, err)
+}
+
+// Signal sends sig to session id's process group.
+func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) error {
+	_, err := c.exec.Signal(ctx, &agentv1.SignalRequest{Id: id, Signal: int32(sig)})
+	return c.sessionErr(id, err)
+}
+
+// Sessions lists the guest's exec sessions.
+func (c *Client) Sessions(ctx context.Context) ([]*agentv1.Session, error) {
+	r, err := c.exec.List(ctx, &agentv1.Empty{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Sessions, nil
+}
+
+func (c *Client) sessionErr(id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound && len(st.Details()) == 0 {
+		return fmt.Errorf("%w: %s", ErrNoSession, id)
+	}
+	return fromStatus(err)
+}

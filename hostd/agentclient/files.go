@@ -1,0 +1,150 @@
+package agentclient
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"time"
+
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
+)
+
+// chunkSize is the size of one file transfer call.
+const chunkSize = 1 << 20
+
+// FileInfo describes a guest file.
+type FileInfo struct {
+	Name    string
+	Path    string
+	Size    int64
+	Mode    fs.FileMode
+	ModTime time.Time
+	IsDir   bool
+}
+
+func infoFrom(i *agentv1.FileInfo) FileInfo {
+	if i == nil {
+		return FileInfo{}
+	}
+	return FileInfo{Name: i.Name, Path: i.Path, Size: i.Size, Mode: fs.FileMode(i.Mode),
+		ModTime: time.Unix(0, i.ModTimeUnixNano), IsDir: i.IsDir}
+}
+
+// Open opens a guest file for reading. The returned reader pulls chunks on
+// demand; closing it releases the guest's handle.
+func (c *Client) Open(ctx context.Context, path string) (io.ReadCloser, FileInfo, error) {
+	r, err := c.files.Open(ctx, &agentv1.PathRequest{Path: path})
+	if err != nil {
+		return nil, FileInfo{}, fromStatus(err)
+	}
+	return &reader{c: c, ctx: ctx, handle: r.Handle}, infoFrom(r.Info), nil
+}
+
+type reader struct {
+	c      *Client
+	ctx    context.Context
+	handle string
+	buf    []byte
+	eof    bool
+	closed bool
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.eof {
+			return 0, io.EOF
+		}
+		resp, err := r.c.files.ReadChunk(r.ctx, &agentv1.ReadChunkRequest{Handle: r.handle, MaxBytes: chunkSize})
+		if err != nil {
+			return 0, fromStatus(err)
+		}
+		r.buf, r.eof = resp.Data, resp.Eof
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *reader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	ctx := context.WithoutCancel(r.ctx)
+	_, err := r.c.files.Close(ctx, &agentv1.HandleRequest{Handle: r.handle})
+	return fromStatus(err)
+}
+
+// WriteFile replaces path atomically with everything read from src and sets
+// its mode. On any error the old file is left as it was.
+func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, src io.Reader) (int64, error) {
+	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: path, Mode: uint32(mode.Perm())})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	abort := func(cause error) (int64, error) {
+		_, cerr := c.files.Close(context.WithoutCancel(ctx), &agentv1.HandleRequest{Handle: h.Handle})
+		return 0, errors.Join(cause, fromStatus(cerr))
+	}
+	buf := make([]byte, chunkSize)
+	for {
+		n, rerr := io.ReadFull(src, buf)
+		if n > 0 {
+			if _, err := c.files.WriteChunk(ctx, &agentv1.WriteChunkRequest{Handle: h.Handle, Data: buf[:n]}); err != nil {
+				return abort(fromStatus(err))
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return abort(rerr)
+		}
+	}
+	r, err := c.files.Commit(ctx, &agentv1.HandleRequest{Handle: h.Handle})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return int64(r.Size), nil
+}
+
+// Stat describes a guest path.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	r, err := c.files.Stat(ctx, &agentv1.PathRequest{Path: path})
+	if err != nil {
+		return FileInfo{}, fromStatus(err)
+	}
+	return infoFrom(r), nil
+}
+
+// List describes a guest directory's entries.
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	r, err := c.files.List(ctx, &agentv1.PathRequest{Path: path})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]FileInfo, 0, len(r.Entries))
+	for _, e := range r.Entries {
+		out = append(out, infoFrom(e))
+	}
+	return out, nil
+}
+
+// Mkdir creates a guest directory and its parents.
+func (c *Client) Mkdir(ctx context.Context, path string) error {
+	_, err := c.files.Mkdir(ctx, &agentv1.MkdirRequest{Path: path})
+	return fromStatus(err)
+}
+
+// Remove removes a guest path.
+func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	_, err := c.files.Remove(ctx, &agentv1.RemoveRequest{Path: path, Recursive: recursive})
+	return fromStatus(err)
+}
+
+// Rename moves a guest path.
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	_, err := c.files.Rename(ctx, &agentv1.RenameRequest{From: from, To: to})
+	return fromStatus(err)
+}

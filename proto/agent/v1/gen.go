@@ -1,0 +1,4 @@
+// Package agentv1 is the generated host ↔ guest protocol (see agent.proto).
+package agentv1
+
+//go:generate protoc --go_out=paths=source_relative:. --go-ttrpc_out=paths=source_relative:. -I . agent.proto
