@@ -1,0 +1,123 @@
+package guestinit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containerd/ttrpc"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/guestinit/agent"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// ReadyMarker is printed on the console once the agent listens.
+const ReadyMarker = "AGENTBOX-READY"
+
+// ProbeMarker is printed in probe mode (agentbox.probe=1) before power-off.
+const ProbeMarker = "AGENTBOX-PROBE-OK"
+
+// Main runs PID 1. It never returns: on a fatal error it logs and reboots,
+// which ends the VM (hostd runs QEMU with -no-reboot).
+func Main() {
+	booted := time.Now()
+	err := earlyMounts()
+	console := openConsole()
+	log := slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err == nil {
+		err = run(log, booted)
+	}
+	log.Error("guestinit failed", "err", err)
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	select {}
+}
+
+// run boots the guest and serves the agent; it returns only on failure.
+func run(log *slog.Logger, booted time.Time) error {
+	args := parseCmdline(readCmdline())
+	if args["agentbox.probe"] == "1" {
+		fmt.Fprintln(os.Stdout, ProbeMarker)
+		unix.Sync()
+		return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	}
+	loaded, err := loadModules("/lib/modules")
+	if err != nil {
+		return fmt.Errorf("load modules: %w", err)
+	}
+	log.Info("modules loaded", "count", loaded)
+	root := args["agentbox.root"]
+	if root == "" {
+		root = "/dev/vda"
+	}
+	if err := switchRoot(root); err != nil {
+		return fmt.Errorf("switch root to %s: %w", root, err)
+	}
+	if err := lateMounts(); err != nil {
+		return err
+	}
+	if h := args["agentbox.hostname"]; h != "" {
+		if err := unix.Sethostname([]byte(h)); err != nil {
+			return fmt.Errorf("sethostname: %w", err)
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		log.Warn("loopback", "err", err)
+	}
+	reaper := NewReaper()
+	if err := serveAgent(log, reaper, booted); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "%s in %v\n", ReadyMarker, time.Since(booted).Round(time.Millisecond))
+	reaper.Run(log) // never returns
+	return errors.New("reaper stopped")
+}
+
+// serveAgent starts the ttrpc services on the agent port of every transport.
+func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
+	srv, err := ttrpc.NewServer()
+	if err != nil {
+		return fmt.Errorf("ttrpc server: %w", err)
+	}
+	agent.Register(srv, agent.NewExec(sp, log), agent.NewFiles(), agent.NewSystem(booted))
+	router := NewRouter(log)
+	l := router.Listen(vmm.AgentPort)
+	go func() {
+		if err := srv.Serve(context.Background(), l); err != nil {
+			log.Error("agent server stopped", "err", err)
+		}
+	}()
+	started := 0
+	if dev, err := findSerialPort(SerialPortName, 3*time.Second); err == nil {
+		go router.ServeSerial(dev)
+		started++
+		log.Info("agent channel", "transport", "virtio-serial", "device", dev)
+	}
+	if err := router.ServeVsock(); err == nil {
+		started++
+		log.Info("agent channel", "transport", "vsock")
+	} else if started == 0 {
+		return fmt.Errorf("no agent channel: no virtio-serial port %q, and vsock: %w", SerialPortName, err)
+	}
+	return nil
+}
+
+func readCmdline() string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	return string(b)
+}
+
+// parseCmdline returns the key=value words of a kernel cmdline.
+func parseCmdline(s string) map[string]string {
+	out := map[string]string{}
+	for _, w := range strings.Fields(s) {
+		k, v, _ := strings.Cut(w, "=")
+		out[k] = v
+	}
+	return out
+}

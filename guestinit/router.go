@@ -1,0 +1,219 @@
+package guestinit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/mdlayher/vsock"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/vmm/channel"
+)
+
+// SerialPortName is the virtio-serial port the QEMU backend attaches.
+const SerialPortName = "agentbox.0"
+
+// YamuxConfig is the multiplexer's configuration, shared by both ends.
+func YamuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.MaxStreamWindowSize = 4 << 20
+	c.LogOutput = io.Discard
+	c.StreamOpenTimeout = 10 * time.Second
+	return c
+}
+
+// Router delivers agent-channel connections to per-port listeners, whatever
+// transport they arrive on.
+type Router struct {
+	log   *slog.Logger
+	mu    sync.Mutex
+	ports map[uint32]*portListener
+}
+
+// NewRouter returns an empty Router.
+func NewRouter(log *slog.Logger) *Router {
+	return &Router{log: log, ports: map[uint32]*portListener{}}
+}
+
+// Listen returns the listener for port.
+func (r *Router) Listen(port uint32) net.Listener {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.ports[port]
+	if !ok {
+		l = &portListener{port: port, conns: make(chan net.Conn, 16), done: make(chan struct{})}
+		r.ports[port] = l
+	}
+	return l
+}
+
+func (r *Router) lookup(port uint32) *portListener {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ports[port]
+}
+
+// ServeVsock listens on vsock for every registered port.
+func (r *Router) ServeVsock() error {
+	if _, err := os.Stat("/dev/vsock"); err != nil {
+		return err
+	}
+	if _, err := vsock.ContextID(); err != nil {
+		return fmt.Errorf("no vsock device: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for port, pl := range r.ports {
+		l, err := vsock.Listen(port, nil)
+		if err != nil {
+			return fmt.Errorf("vsock listen %d: %w", port, err)
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					r.log.Error("vsock accept", "port", port, "err", err)
+					return
+				}
+				pl.deliver(c)
+			}
+		}()
+	}
+	return nil
+}
+
+// ServeSerial runs yamux sessions over the virtio-serial device forever. A
+// session ends when the host disconnects (reads return EOF); the next one
+// starts when the host's first bytes arrive.
+func (r *Router) ServeSerial(dev string) {
+	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		r.log.Error("open serial port", "device", dev, "err", err)
+		return
+	}
+	f := os.NewFile(uintptr(fd), dev) // blocking: reads park a thread, not the poller
+	for {
+		first := waitForData(f)
+		conn := &serialConn{r: io.MultiReader(bytes.NewReader(first), f), w: f}
+		sess, err := yamux.Server(conn, YamuxConfig())
+		if err != nil {
+			r.log.Error("yamux", "err", err)
+			return
+		}
+		for {
+			st, err := sess.Accept()
+			if err != nil {
+				break
+			}
+			go r.route(st)
+		}
+		sess.Close()
+		r.log.Info("agent channel session ended")
+	}
+}
+
+// waitForData blocks until the host sends something and returns it.
+func waitForData(f *os.File) []byte {
+	buf := make([]byte, 64<<10)
+	for {
+		n, _ := f.Read(buf)
+		if n > 0 {
+			return buf[:n]
+		}
+		time.Sleep(5 * time.Millisecond) // host not connected: reads return EOF at once
+	}
+}
+
+// route reads a stream's CONNECT line and hands it to the port's listener.
+func (r *Router) route(st net.Conn) {
+	port, conn, err := channel.Accept(st)
+	if err != nil {
+		st.Close()
+		return
+	}
+	pl := r.lookup(port)
+	if err := channel.Reply(conn, port, pl != nil); err != nil || pl == nil {
+		st.Close()
+		return
+	}
+	pl.deliver(conn)
+}
+
+// serialConn is the yamux transport over the serial device. Close leaves the
+// device open for the next session.
+type serialConn struct {
+	r io.Reader
+	w io.Writer
+}
+
+func (c *serialConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *serialConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *serialConn) Close() error                { return nil }
+
+// portListener is a net.Listener fed by the router.
+type portListener struct {
+	port  uint32
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (l *portListener) deliver(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *portListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *portListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *portListener) Addr() net.Addr { return portAddr(l.port) }
+
+type portAddr uint32
+
+func (a portAddr) Network() string { return "agent" }
+func (a portAddr) String() string  { return fmt.Sprintf("agent:%d", uint32(a)) }
+
+// findSerialPort finds the /dev node of the virtio-serial port called name.
+func findSerialPort(name string, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		matches, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, m := range matches {
+			b, err := os.ReadFile(m)
+			if err == nil && strings.TrimSpace(string(b)) == name {
+				dev := "/dev/" + filepath.Base(filepath.Dir(m))
+				if _, err := os.Stat(dev); err == nil {
+					return dev, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", errors.New("no virtio-serial port " + name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,179 @@
+// Package qemu is the QEMU backend of vmm.Driver: one qemu-system-x86_64
+// process per VM, `-M microvm`, driven over QMP. The agent channel is a
+// virtio-serial port carrying a yamux multiplexer (QEMU's vhost-user vsock
+// cannot be migrated, and migration is how snapshots work); every stream
+// starts with the same CONNECT handshake as Cloud Hypervisor's hybrid vsock.
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Files a VM keeps in its Config.Dir.
+const (
+	qmpSocket   = "qmp.sock"
+	agentSocket = "agent.sock"
+	memFile     = "memory"
+)
+
+// Options configure the driver.
+type Options struct {
+	// Binary is qemu-system-x86_64 (found on PATH when empty).
+	Binary string
+	// Accel is kvm, tcg, or empty to probe (see Probe).
+	Accel vmm.Accel
+	// TSCkHz is put on the guest cmdline as tsc_early_khz; 0 reads the host's.
+	TSCkHz int
+	// Logger receives the driver's logs.
+	Logger *slog.Logger
+}
+
+// Driver starts QEMU VMs.
+type Driver struct {
+	bin    string
+	accel  vmm.Accel
+	tscKHz int
+	log    *slog.Logger
+}
+
+var _ vmm.Driver = (*Driver)(nil)
+
+// New returns a driver. With no Accel given it uses TCG; call Probe first to
+// choose KVM where it really works.
+func New(opts Options) (*Driver, error) {
+	bin := opts.Binary
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v (install Debian's qemu-system-x86)", vmm.ErrBinaryNotFound, bin, err)
+	}
+	accel := opts.Accel
+	if accel == vmm.AccelAuto {
+		accel = vmm.AccelTCG
+	}
+	if accel != vmm.AccelKVM && accel != vmm.AccelTCG {
+		return nil, fmt.Errorf("%w: accel %q (want kvm or tcg)", vmm.ErrInvalidConfig, accel)
+	}
+	khz := opts.TSCkHz
+	if khz == 0 {
+		if khz, err = HostTSCkHz(); err != nil {
+			return nil, err
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log}, nil
+}
+
+// Name is "qemu".
+func (d *Driver) Name() string { return "qemu" }
+
+// Accel is the accelerator the driver uses.
+func (d *Driver) Accel() vmm.Accel { return d.accel }
+
+// Start boots a new VM.
+func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return d.launch(ctx, cfg, d.args(cfg), "")
+}
+
+// Restore is not implemented by the QEMU backend yet.
+func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
+	return nil, fmt.Errorf("%w: qemu restore", vmm.ErrUnsupported)
+}
+
+// cmdline is the guest kernel's command line.
+func (d *Driver) cmdline(cfg vmm.Config) string {
+	parts := []string{
+		"console=ttyS0", "reboot=t", "panic=-1", "quiet", "loglevel=4",
+		"cryptomgr.notests", "8250.nr_uarts=1", "random.trust_cpu=on",
+		"tsc_early_khz=" + strconv.Itoa(d.tscKHz),
+	}
+	if cfg.Cmdline != "" {
+		parts = append(parts, cfg.Cmdline)
+	}
+	return strings.Join(parts, " ")
+}
+
+// args builds QEMU's argv (without the binary). Socket paths are relative to
+// cfg.Dir, QEMU's working directory, to stay clear of the unix path limit.
+func (d *Driver) args(cfg vmm.Config) []string {
+	cpu := "max"
+	if d.accel == vmm.AccelKVM {
+		cpu = "host"
+	}
+	a := []string{
+		"-name", "agentbox-" + cfg.ID,
+		"-machine", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
+		"-accel", string(d.accel),
+		"-cpu", cpu,
+		"-smp", strconv.Itoa(cfg.VCPUs),
+		"-m", strconv.Itoa(cfg.MemoryMiB) + "M",
+		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", cfg.MemoryMiB),
+		"-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"-kernel", cfg.Kernel,
+		"-append", d.cmdline(cfg),
+		"-chardev", "file,id=console,path=" + cfg.ConsoleLog,
+		"-serial", "chardev:console",
+		"-qmp", "unix:" + qmpSocket + ",server=on,wait=off",
+		"-device", "virtio-serial-device,max_ports=2",
+		"-chardev", "socket,id=agent,path=" + agentSocket + ",server=on,wait=off",
+		"-device", "virtserialport,chardev=agent,name=agentbox.0",
+	}
+	if cfg.Initramfs != "" {
+		a = append(a, "-initrd", cfg.Initramfs)
+	}
+	for i, disk := range cfg.Disks {
+		format := "qcow2"
+		if disk.Raw {
+			format = "raw"
+		}
+		drive := fmt.Sprintf("id=disk%d,file=%s,format=%s,if=none,cache=writeback,discard=unmap,detect-zeroes=unmap", i, disk.Path, format)
+		if disk.ReadOnly {
+			drive += ",readonly=on"
+		}
+		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-device,drive=disk%d", i))
+	}
+	return a
+}
+
+// launch starts QEMU with args and connects QMP.
+func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, _ string) (*VM, error) {
+	cmd := exec.Command(d.bin, args...)
+	cmd.Dir = cfg.Dir
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := spawn(cmd); err != nil {
+		return nil, fmt.Errorf("qemu: start: %w", err)
+	}
+	vm := newVM(cmd, cfg, d.log)
+	if err := vm.connectQMP(ctx); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return nil, errors.Join(err, vm.Stop(stopCtx), vm.qemuLog())
+	}
+	d.log.Info("vm started", "sandbox_id", cfg.ID, "vm_pid", vm.PID(), "accel", d.accel)
+	return vm, nil
+}

@@ -1,0 +1,188 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+)
+
+// errQMPClosed is returned for commands on a closed QMP connection.
+var errQMPClosed = errors.New("qemu: qmp connection closed")
+
+// QMPError is an error answer from QEMU.
+type QMPError struct {
+	Command string
+	Class   string
+	Desc    string
+}
+
+func (e *QMPError) Error() string {
+	return fmt.Sprintf("qemu: qmp %s: %s: %s", e.Command, e.Class, e.Desc)
+}
+
+// qmpEvent is an asynchronous QMP event.
+type qmpEvent struct {
+	Event string          `json:"event"`
+	Data  json.RawMessage `json:"data"`
+}
+
+type qmpRequest struct {
+	cmd   string
+	args  any
+	reply chan qmpReply
+}
+
+type qmpReply struct {
+	ret json.RawMessage
+	err error
+}
+
+// qmp is a QMP client. One goroutine owns the socket: commands are queued to
+// it and sent one at a time; each caller waits for its answer or its ctx.
+type qmp struct {
+	conn   net.Conn
+	reqs   chan qmpRequest
+	events chan qmpEvent
+	done   chan struct{}
+	once   sync.Once
+}
+
+// dialQMP connects to a QMP socket and negotiates capabilities.
+func dialQMP(ctx context.Context, path string) (*qmp, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: dial qmp: %w", err)
+	}
+	q := &qmp{conn: conn, reqs: make(chan qmpRequest), events: make(chan qmpEvent, 64), done: make(chan struct{})}
+	lines := make(chan []byte)
+	go q.readLoop(bufio.NewReader(conn), lines)
+	// The greeting comes first.
+	select {
+	case <-lines:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, ctx.Err()
+	case <-q.done:
+		return nil, errQMPClosed
+	}
+	go q.loop(lines)
+	if _, err := q.run(ctx, "qmp_capabilities", nil); err != nil {
+		q.close()
+		return nil, err
+	}
+	return q, nil
+}
+
+func (q *qmp) readLoop(r *bufio.Reader, lines chan<- []byte) {
+	defer q.close()
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		select {
+		case lines <- line:
+		case <-q.done:
+			return
+		}
+	}
+}
+
+// loop owns the socket: it writes one command, then reads lines until that
+// command's answer, passing events along.
+func (q *qmp) loop(lines <-chan []byte) {
+	for {
+		var req qmpRequest
+		select {
+		case req = <-q.reqs:
+		case line := <-lines:
+			q.event(line)
+			continue
+		case <-q.done:
+			return
+		}
+		req.reply <- q.roundTrip(req, lines)
+	}
+}
+
+func (q *qmp) roundTrip(req qmpRequest, lines <-chan []byte) qmpReply {
+	msg := map[string]any{"execute": req.cmd}
+	if req.args != nil {
+		msg["arguments"] = req.args
+	}
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return qmpReply{err: err}
+	}
+	if _, err := q.conn.Write(append(b, '\n')); err != nil {
+		return qmpReply{err: fmt.Errorf("qemu: qmp write: %w", err)}
+	}
+	for {
+		select {
+		case line := <-lines:
+			var ans struct {
+				Return json.RawMessage `json:"return"`
+				Error  *struct {
+					Class string `json:"class"`
+					Desc  string `json:"desc"`
+				} `json:"error"`
+				Event string `json:"event"`
+			}
+			if err := json.Unmarshal(line, &ans); err != nil {
+				return qmpReply{err: fmt.Errorf("qemu: qmp answer: %w", err)}
+			}
+			switch {
+			case ans.Event != "":
+				q.event(line)
+			case ans.Error != nil:
+				return qmpReply{err: &QMPError{Command: req.cmd, Class: ans.Error.Class, Desc: ans.Error.Desc}}
+			default:
+				return qmpReply{ret: ans.Return}
+			}
+		case <-q.done:
+			return qmpReply{err: errQMPClosed}
+		}
+	}
+}
+
+func (q *qmp) event(line []byte) {
+	var ev qmpEvent
+	if json.Unmarshal(line, &ev) != nil || ev.Event == "" {
+		return
+	}
+	select {
+	case q.events <- ev:
+	default: // nobody is listening; drop it
+	}
+}
+
+// run sends one command and waits for its answer or ctx. A command whose ctx
+// ends while queued is never sent.
+func (q *qmp) run(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
+	req := qmpRequest{cmd: cmd, args: args, reply: make(chan qmpReply, 1)}
+	select {
+	case q.reqs <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-q.done:
+		return nil, errQMPClosed
+	}
+	select {
+	case r := <-req.reply:
+		return r.ret, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (q *qmp) close() {
+	q.once.Do(func() {
+		close(q.done)
+		q.conn.Close()
+	})
+}

@@ -1,0 +1,265 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/agentbox/agentbox/vmm"
+	"github.com/agentbox/agentbox/vmm/channel"
+)
+
+// VM is one QEMU process.
+type VM struct {
+	cmd *exec.Cmd
+	cfg vmm.Config
+	log *slog.Logger
+	qmp *qmp
+
+	done    chan struct{}
+	waitErr error
+
+	mu      sync.Mutex
+	sess    *yamux.Session
+	sessCon net.Conn
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+var _ vmm.VM = (*VM)(nil)
+
+func newVM(cmd *exec.Cmd, cfg vmm.Config, log *slog.Logger) *VM {
+	vm := &VM{cmd: cmd, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", cmd.Process.Pid), done: make(chan struct{})}
+	go func() {
+		vm.waitErr = cmd.Wait()
+		close(vm.done)
+	}()
+	return vm
+}
+
+// PID is QEMU's process id.
+func (vm *VM) PID() int { return vm.cmd.Process.Pid }
+
+// Done is closed once QEMU has exited.
+func (vm *VM) Done() <-chan struct{} { return vm.done }
+
+// Wait waits for QEMU to exit.
+func (vm *VM) Wait(ctx context.Context) error {
+	select {
+	case <-vm.done:
+		return vm.waitErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (vm *VM) path(name string) string { return filepath.Join(vm.cfg.Dir, name) }
+
+// connectQMP waits for QEMU's QMP socket and connects to it.
+func (vm *VM) connectQMP(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		q, err := dialQMP(ctx, vm.path(qmpSocket))
+		if err == nil {
+			vm.qmp = q
+			return nil
+		}
+		select {
+		case <-vm.done:
+			return fmt.Errorf("qemu exited during start: %w", vm.waitErr)
+		case <-ctx.Done():
+			return fmt.Errorf("qemu: qmp not ready: %w", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// qemuLog returns QEMU's own log as an error, for failed starts.
+func (vm *VM) qemuLog() error {
+	b, _ := os.ReadFile(vm.path("qemu.log"))
+	if len(b) == 0 {
+		return nil
+	}
+	return fmt.Errorf("qemu said: %s", b)
+}
+
+func (vm *VM) running() error {
+	select {
+	case <-vm.done:
+		return vmm.ErrNotRunning
+	default:
+		return nil
+	}
+}
+
+// Pause stops the vCPUs.
+func (vm *VM) Pause(ctx context.Context) error { return vm.command(ctx, "stop", nil) }
+
+// Resume restarts the vCPUs.
+func (vm *VM) Resume(ctx context.Context) error { return vm.command(ctx, "cont", nil) }
+
+// Snapshot is not implemented by the QEMU backend yet.
+func (vm *VM) Snapshot(ctx context.Context, dir string) error {
+	return fmt.Errorf("%w: qemu snapshot", vmm.ErrUnsupported)
+}
+
+func (vm *VM) command(ctx context.Context, cmd string, args any) error {
+	if err := vm.running(); err != nil {
+		return err
+	}
+	if _, err := vm.qmp.run(ctx, cmd, args); err != nil {
+		if errors.Is(err, errQMPClosed) && vm.running() != nil {
+			return vmm.ErrNotRunning
+		}
+		return err
+	}
+	return nil
+}
+
+// Dial opens a stream to a guest port over the multiplexed agent channel,
+// (re)connecting the channel when needed. It waits for the guest to answer,
+// so the first Dial after boot returns once guestinit serves.
+func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
+	if err := vm.running(); err != nil {
+		return nil, err
+	}
+	sess, err := vm.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := sess.OpenStream()
+	if err != nil {
+		vm.dropSession(sess)
+		return nil, fmt.Errorf("qemu: open stream: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	conn, err := channel.Connect(st, port)
+	if !stop() {
+		st.Close()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		st.Close()
+		if vm.running() != nil {
+			return nil, vmm.ErrNotRunning
+		}
+		return nil, err
+	}
+	return conn, nil
+}
+
+// session returns the live yamux session, connecting a new one if needed.
+func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.sess != nil && !vm.sess.IsClosed() {
+		return vm.sess, nil
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", vm.path(agentSocket))
+	if err != nil {
+		return nil, fmt.Errorf("qemu: dial agent socket: %w", err)
+	}
+	sess, err := yamux.Client(conn, hostYamuxConfig())
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	vm.sess, vm.sessCon = sess, conn
+	return sess, nil
+}
+
+func (vm *VM) dropSession(s *yamux.Session) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.sess == s {
+		vm.sess.Close()
+		vm.sessCon.Close()
+		vm.sess, vm.sessCon = nil, nil
+	}
+}
+
+// hostYamuxConfig is the host end's multiplexer config. It sends no
+// keepalives: a paused guest cannot answer them, and the channel must
+// survive a pause.
+func hostYamuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.EnableKeepAlive = false
+	c.MaxStreamWindowSize = 4 << 20
+	c.StreamOpenTimeout = 0
+	c.ConnectionWriteTimeout = 30 * time.Second
+	c.LogOutput = nil
+	c.Logger = discardLogger{}
+	return c
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Print(...any)          {}
+func (discardLogger) Printf(string, ...any) {}
+func (discardLogger) Println(...any)        {}
+
+// Stop ends QEMU: QMP quit, then SIGTERM, then SIGKILL, each given part of
+// ctx's time (or a few seconds without a deadline). It then removes the VM's
+// sockets.
+func (vm *VM) Stop(ctx context.Context) error {
+	vm.stopOnce.Do(func() { vm.stopErr = vm.stop(ctx) })
+	return vm.stopErr
+}
+
+func (vm *VM) stop(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
+	steps := []func(){
+		func() {
+			if vm.qmp != nil {
+				qctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, _ = vm.qmp.run(qctx, "quit", nil)
+				cancel()
+			}
+		},
+		func() { _ = vm.cmd.Process.Signal(syscall.SIGTERM) },
+		func() { _ = vm.cmd.Process.Kill() },
+	}
+	var err error
+	for i, step := range steps {
+		if vm.running() != nil {
+			break
+		}
+		step()
+		select {
+		case <-vm.done:
+		case <-time.After(2 * time.Second):
+			if i == len(steps)-1 {
+				err = fmt.Errorf("qemu: pid %d did not exit after SIGKILL", vm.PID())
+			}
+		}
+	}
+	vm.mu.Lock()
+	if vm.sess != nil {
+		vm.sess.Close()
+		vm.sessCon.Close()
+	}
+	vm.mu.Unlock()
+	if vm.qmp != nil {
+		vm.qmp.close()
+	}
+	for _, f := range []string{qmpSocket, agentSocket} {
+		if rerr := os.Remove(vm.path(f)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+	}
+	vm.log.Info("vm stopped")
+	return err
+}

@@ -1,0 +1,57 @@
+// Package vmmtest is the conformance suite that every vmm.Driver backend
+// passes: Run boots one real VM from the guest assets and checks the
+// driver's contract on it (agent channel, pause/resume, stop, cleanup).
+package vmmtest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Assets are the guest boot files the kernel/ and images/ scripts build.
+type Assets struct {
+	Kernel    string
+	Initramfs string
+	BaseImage string
+}
+
+// CacheDir is AGENTBOX_CACHE or /var/cache/agentbox.
+func CacheDir() string {
+	if d := os.Getenv("AGENTBOX_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/agentbox"
+}
+
+// FindAssets returns the cached guest assets, failing the test with what to
+// run when they are missing (a VM test never passes without a VM).
+func FindAssets(t testing.TB) Assets {
+	t.Helper()
+	c := CacheDir()
+	a := Assets{
+		Kernel:    filepath.Join(c, "kernel", "vmlinux"),
+		Initramfs: filepath.Join(c, "initramfs.cpio.gz"),
+		BaseImage: filepath.Join(c, "images", "base.qcow2"),
+	}
+	for _, p := range []string{a.Kernel, a.Initramfs, a.BaseImage} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("guest asset missing: %v (run `make assets` first)", err)
+		}
+	}
+	return a
+}
+
+// ShortTempDir returns a fresh directory with a short path (unix socket
+// paths are limited to 108 bytes), removed when the test ends.
+func ShortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ab-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+var osReadFile = os.ReadFile
