@@ -1,0 +1,66 @@
+# agentbox — see README.md. `make demo` and `make test` are the quick start.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+CACHE ?= $(or $(AGENTBOX_CACHE),/var/cache/agentbox)
+export AGENTBOX_CACHE := $(CACHE)
+BIN := $(CURDIR)/bin
+TOOLBIN := $(CURDIR)/bin/tools
+# Packages whose tests boot real VMs; they run without -race (the guest is
+# the slow part, and the race detector would only slow hostd's side).
+VM_PKGS := ./vmm/qemu/ ./hostd/ ./cmd/agentbox/...
+GO_TEST_FLAGS ?=
+
+-include mk/*.mk
+
+.PHONY: all deps assets kernel rootfs initramfs build generate check-generate test test-unit test-vm bench demo clean
+
+all: build
+
+deps:
+	bash ci/install-deps.sh
+
+kernel: deps
+	bash kernel/fetch.sh
+
+rootfs: deps
+	bash images/build-rootfs.sh
+
+initramfs: kernel
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/guestinit ./cmd/guestinit
+	bash images/mkinitramfs.sh $(BIN)/guestinit
+
+assets: kernel rootfs initramfs
+
+build:
+	go build -o $(BIN)/ ./cmd/agentbox ./cmd/hostd
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/guestinit ./cmd/guestinit
+
+tools:
+	@mkdir -p $(TOOLBIN)
+	go build -o $(TOOLBIN)/ tool
+
+generate: tools
+	PATH=$(TOOLBIN):$$PATH go generate ./proto/... ./hostd/api/... ./client/... ./vmm/cloudhypervisor/...
+
+# CI: regenerating must not change any checked-in file.
+check-generate: generate
+	@git diff --exit-code -- proto hostd/api client vmm/cloudhypervisor || { echo "generated code is stale: run make generate" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- proto hostd/api client vmm/cloudhypervisor)" || { git status --porcelain; echo "make generate left new files" >&2; exit 1; }
+
+test: assets test-unit test-vm
+
+test-unit:
+	go vet ./...
+	go test -race -count=1 $(GO_TEST_FLAGS) $$(go list ./... | grep -v -E '/vmm/qemu$$|/hostd$$|/cmd/agentbox')
+
+test-vm: assets
+	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(VM_PKGS)
+
+bench: assets build
+	go run ./ci/bench
+
+demo: deps assets build
+	bash ci/demo.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,40 @@
+// Command hostd runs the agentbox daemon (the same as `agentbox serve`).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/agentbox/agentbox/hostd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "hostd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("hostd", flag.ContinueOnError)
+	cfg := hostd.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	fs.StringVar(&cfg.Listen, "listen", os.Getenv("AGENTBOX_LISTEN"), "API address (default "+hostd.DefaultListen+")")
+	fs.StringVar(&cfg.DataDir, "data-dir", os.Getenv("AGENTBOX_DATA_DIR"), "data directory (default "+hostd.DefaultDataDir+")")
+	fs.StringVar(&cfg.VMM, "vmm", os.Getenv("AGENTBOX_VMM"), "auto, qemu or cloud-hypervisor")
+	fs.StringVar(&cfg.Accel, "accel", os.Getenv("AGENTBOX_ACCEL"), "auto, kvm or tcg")
+	fs.StringVar(&cfg.Kernel, "kernel", "", "guest kernel (PVH vmlinux)")
+	fs.StringVar(&cfg.Initramfs, "initramfs", "", "guest initramfs")
+	fs.StringVar(&cfg.BaseImage, "base-image", "", "base root filesystem (qcow2)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.APIKey = os.Getenv("AGENTBOX_API_KEY")
+	return hostd.Run(ctx, cfg)
+}

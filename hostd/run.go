@@ -1,0 +1,110 @@
+package hostd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/api"
+	"github.com/agentbox/agentbox/hostd/auth"
+	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Run starts hostd and serves until ctx ends, then stops every sandbox and
+// returns. ready, if not nil, is called with the bound address once the API
+// accepts connections.
+func Run(ctx context.Context, cfg Config) error {
+	return RunWithReady(ctx, cfg, nil)
+}
+
+// RunWithReady is Run with a callback for the bound address (tests listen on
+// port 0).
+func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) error {
+	cfg = cfg.WithDefaults()
+	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("hostd: data dir: %w", err)
+	}
+	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "agentbox.db"))
+	if err != nil {
+		return fmt.Errorf("hostd: %w", err)
+	}
+	defer st.Close()
+	if _, err := auth.Bootstrap(ctx, st, cfg.DataDir, cfg.APIKey); err != nil {
+		return fmt.Errorf("hostd: api key: %w", err)
+	}
+	base, err := filepath.EvalSymlinks(cfg.BaseImage)
+	if err != nil {
+		return fmt.Errorf("hostd: base image: %w (run `make assets`)", err)
+	}
+	drv, health, err := chooseDriver(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log.Info("vmm chosen", "vmm", health.VMM, "accel", health.Accel)
+	mgr, err := sandbox.New(sandbox.Options{
+		Driver: drv, Store: st, DataDir: cfg.DataDir,
+		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
+		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("hostd: %w", err)
+	}
+	if err := mgr.Recover(ctx); err != nil {
+		return fmt.Errorf("hostd: recover: %w", err)
+	}
+	handler := api.New(api.Options{Manager: mgr, Auth: auth.New(st), Health: func() api.HealthInfo { return health }, Logger: log})
+	return serve(ctx, cfg.Listen, handler, mgr, log, ready)
+}
+
+func serve(ctx context.Context, addr string, h http.Handler, mgr *sandbox.Manager, log *slog.Logger, ready func(string)) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("hostd: listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	log.Info("hostd listening", "addr", l.Addr().String())
+	if ready != nil {
+		ready(l.Addr().String())
+	}
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	log.Info("hostd stopping")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	// Close the sandboxes first: that ends running exec streams, which
+	// Shutdown would otherwise wait for.
+	cerr := mgr.Close(sctx)
+	serr := srv.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, cerr, serr)
+}
+
+// validVMM lists the accepted values of Config.VMM.
+var validVMM = map[string]bool{"auto": true, "qemu": true, "cloud-hypervisor": true}
+
+func parseAccel(s string) (vmm.Accel, error) {
+	switch s {
+	case "", "auto":
+		return vmm.AccelAuto, nil
+	case "kvm":
+		return vmm.AccelKVM, nil
+	case "tcg":
+		return vmm.AccelTCG, nil
+	}
+	return "", fmt.Errorf("hostd: accel %q: want auto, kvm or tcg", s)
+}

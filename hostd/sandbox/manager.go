@@ -1,0 +1,384 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/disk"
+	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Store is the persistence the manager needs (hostd/store implements it).
+type Store interface {
+	PutSandbox(ctx context.Context, sb store.Sandbox) error
+	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
+	ListSandboxes(ctx context.Context) ([]store.Sandbox, error)
+	SetSandboxState(ctx context.Context, id, state, errMsg string, vmPID int) error
+	DeleteSandbox(ctx context.Context, id string) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Options configure a Manager.
+type Options struct {
+	Driver vmm.Driver
+	Store  Store
+	// DataDir holds sandboxes/<id>/.
+	DataDir string
+	// Kernel, Initramfs and BaseImage are the guest's boot assets.
+	Kernel, Initramfs, BaseImage string
+	// Defaults for requests that don't say, and the largest allowed.
+	DefaultVCPUs, DefaultMemoryMiB int
+	MaxVCPUs, MaxMemoryMiB         int
+	// BootTimeout bounds a boot to agent-ready.
+	BootTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	switch {
+	case o.Driver == nil || o.Store == nil:
+		return errors.New("sandbox: Driver and Store are required")
+	case o.DataDir == "" || o.Kernel == "" || o.BaseImage == "":
+		return errors.New("sandbox: DataDir, Kernel and BaseImage are required")
+	}
+	for _, p := range []string{o.Kernel, o.Initramfs, o.BaseImage} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("sandbox: guest asset: %w (run `make assets`)", err)
+		}
+	}
+	return nil
+}
+
+// Manager owns every sandbox of one hostd.
+type Manager struct {
+	opts Options
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	boxes map[string]*box
+}
+
+// box is a live sandbox: its VM and agent connection.
+type box struct {
+	id   string
+	dir  string
+	vm   vmm.VM
+	ttl  *time.Timer
+	gone chan struct{} // closed when the sandbox is deleted or fails
+	// why says why gone was closed (ErrDeleted or a failure).
+	why  error
+	once sync.Once
+
+	mu    sync.Mutex
+	agent *agentclient.Client
+}
+
+func (b *box) end(why error) {
+	b.once.Do(func() {
+		b.why = why
+		close(b.gone)
+	})
+}
+
+// New returns a Manager. Call Recover before serving.
+func New(opts Options) (*Manager, error) {
+	if opts.DefaultVCPUs == 0 {
+		opts.DefaultVCPUs = 1
+	}
+	if opts.DefaultMemoryMiB == 0 {
+		opts.DefaultMemoryMiB = 512
+	}
+	if opts.MaxVCPUs == 0 {
+		opts.MaxVCPUs = 8
+	}
+	if opts.MaxMemoryMiB == 0 {
+		opts.MaxMemoryMiB = 16384
+	}
+	if opts.BootTimeout == 0 {
+		opts.BootTimeout = 90 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
+		return nil, err
+	}
+	return &Manager{opts: opts, log: opts.Logger, boxes: map[string]*box{}}, nil
+}
+
+func newSandboxID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "sb-" + hex.EncodeToString(b)
+}
+
+func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
+	if opts.VCPUs == 0 {
+		opts.VCPUs = m.opts.DefaultVCPUs
+	}
+	if opts.MemoryMiB == 0 {
+		opts.MemoryMiB = m.opts.DefaultMemoryMiB
+	}
+	switch {
+	case opts.VCPUs < 1 || opts.VCPUs > m.opts.MaxVCPUs:
+		return opts, fmt.Errorf("%w: vcpus must be 1..%d, got %d", ErrInvalid, m.opts.MaxVCPUs, opts.VCPUs)
+	case opts.MemoryMiB < 128 || opts.MemoryMiB > m.opts.MaxMemoryMiB:
+		return opts, fmt.Errorf("%w: memory_mib must be 128..%d, got %d", ErrInvalid, m.opts.MaxMemoryMiB, opts.MemoryMiB)
+	case opts.TimeoutS < 0:
+		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
+	}
+	return opts, nil
+}
+
+// Create boots a new sandbox and returns once its agent answers.
+func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) {
+	opts, err := m.resolve(opts)
+	if err != nil {
+		return Info{}, err
+	}
+	id := newSandboxID()
+	dir := filepath.Join(m.opts.DataDir, "sandboxes", id)
+	rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: opts.VCPUs, MemoryMiB: opts.MemoryMiB,
+		Env: opts.Env, Metadata: opts.Metadata, TimeoutS: opts.TimeoutS, CreatedAt: time.Now().UTC(), Dir: dir}
+	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
+		return Info{}, err
+	}
+	log := m.log.With("sandbox_id", id)
+	b, err := m.boot(ctx, rec)
+	if err != nil {
+		log.Error("create failed", "err", err)
+		m.removeDir(dir, log)
+		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateFailed), err.Error(), 0)
+		return Info{}, fmt.Errorf("sandbox: create: %w", err)
+	}
+	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
+	if err := m.opts.Store.SetSandboxState(ctx, id, rec.State, "", rec.VMPID); err != nil {
+		m.teardown(b, err)
+		return Info{}, err
+	}
+	m.mu.Lock()
+	m.boxes[id] = b
+	m.mu.Unlock()
+	if opts.TimeoutS > 0 {
+		b.ttl = time.AfterFunc(time.Duration(opts.TimeoutS)*time.Second, func() { m.expire(id) })
+	}
+	go m.watch(b)
+	log.Info("sandbox running", "vm_pid", rec.VMPID)
+	return infoOf(rec), nil
+}
+
+// boot makes the sandbox's disk, starts its VM and connects its agent.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
+	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	overlay := filepath.Join(rec.Dir, "root.qcow2")
+	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, overlay, 0); err != nil {
+		return nil, err
+	}
+	cfg := vmm.Config{
+		ID: rec.ID, Dir: rec.Dir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
+		Cmdline: "agentbox.hostname=" + rec.ID, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
+		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"),
+	}
+	vm, err := m.opts.Driver.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &box{id: rec.ID, dir: rec.Dir, vm: vm, gone: make(chan struct{})}
+	bctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
+	defer cancel()
+	if _, err := m.agent(bctx, b); err != nil {
+		stopErr := vm.Stop(context.WithoutCancel(ctx))
+		return nil, errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(cfg.ConsoleLog)), stopErr)
+	}
+	return b, nil
+}
+
+// agent returns the sandbox's agent client, dialing it if needed.
+func (m *Manager) agent(ctx context.Context, b *box) (*agentclient.Client, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.agent != nil {
+		return b.agent, nil
+	}
+	conn, err := b.vm.Dial(ctx, vmm.AgentPort)
+	if err != nil {
+		return nil, err
+	}
+	c := agentclient.New(conn)
+	if _, err := c.Health(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	b.agent = c
+	go func() {
+		_ = c.Wait(context.Background())
+		b.mu.Lock()
+		if b.agent == c {
+			b.agent = nil
+		}
+		b.mu.Unlock()
+	}()
+	return c, nil
+}
+
+// watch marks the sandbox failed and cleans up if its VM dies on its own.
+func (m *Manager) watch(b *box) {
+	select {
+	case <-b.vm.Done():
+	case <-b.gone:
+		return
+	}
+	err := b.vm.Wait(context.Background())
+	why := fmt.Errorf("%w: vm exited unexpectedly (%v)", ErrNotRunning, err)
+	if !m.forget(b) {
+		return // deleted meanwhile
+	}
+	m.log.Warn("sandbox vm died", "sandbox_id", b.id, "vm_pid", b.vm.PID(), "err", err)
+	m.teardown(b, why)
+	_ = m.opts.Store.SetSandboxState(context.Background(), b.id, string(StateFailed), why.Error(), 0)
+}
+
+// forget removes b from the live set; it reports whether b was there.
+func (m *Manager) forget(b *box) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.boxes[b.id] != b {
+		return false
+	}
+	delete(m.boxes, b.id)
+	return true
+}
+
+// teardown ends everything a live sandbox owns: streams, VM, files.
+func (m *Manager) teardown(b *box, why error) {
+	b.end(why)
+	if b.ttl != nil {
+		b.ttl.Stop()
+	}
+	b.mu.Lock()
+	if b.agent != nil {
+		b.agent.Close()
+		b.agent = nil
+	}
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	log := m.log.With("sandbox_id", b.id, "vm_pid", b.vm.PID())
+	if err := b.vm.Stop(ctx); err != nil {
+		log.Error("stop vm", "err", err)
+	}
+	m.removeDir(b.dir, log)
+}
+
+func (m *Manager) removeDir(dir string, log *slog.Logger) {
+	if err := os.RemoveAll(dir); err != nil {
+		log.Error("remove sandbox dir", "dir", dir, "err", err)
+	}
+}
+
+func (m *Manager) expire(id string) {
+	m.log.Info("sandbox timeout reached", "sandbox_id", id)
+	if err := m.Delete(context.Background(), id); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Error("delete expired sandbox", "sandbox_id", id, "err", err)
+	}
+}
+
+// Delete stops a sandbox and removes everything it owned. Running execs end
+// with ErrDeleted.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	rec, err := m.opts.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	b := m.boxes[id]
+	delete(m.boxes, id)
+	m.mu.Unlock()
+	if b != nil {
+		_ = m.opts.Store.SetSandboxState(ctx, id, string(StateStopping), "", b.vm.PID())
+		m.teardown(b, ErrDeleted)
+	} else {
+		m.removeDir(rec.Dir, m.log.With("sandbox_id", id))
+	}
+	if err := m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), id); err != nil {
+		return err
+	}
+	m.log.Info("sandbox deleted", "sandbox_id", id)
+	return nil
+}
+
+// Get describes a sandbox.
+func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
+	rec, err := m.opts.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Info{}, err
+	}
+	return infoOf(rec), nil
+}
+
+// List describes every sandbox.
+func (m *Manager) List(ctx context.Context) ([]Info, error) {
+	recs, err := m.opts.Store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, infoOf(r))
+	}
+	return out, nil
+}
+
+func infoOf(r store.Sandbox) Info {
+	return Info{ID: r.ID, State: State(r.State), VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, Env: r.Env,
+		TimeoutS: r.TimeoutS, Metadata: r.Metadata, CreatedAt: r.CreatedAt, Error: r.Error, VMPID: r.VMPID}
+}
+
+// live returns the running sandbox id, or ErrNotFound / ErrNotRunning.
+func (m *Manager) live(ctx context.Context, id string) (*box, error) {
+	m.mu.Lock()
+	b := m.boxes[id]
+	m.mu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	rec, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, rec.State)
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
