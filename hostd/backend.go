@@ -62,4 +62,3 @@ func chooseDriver(ctx context.Context, cfg Config) (vmm.Driver, api.HealthInfo, 
 	}
 	return d, api.HealthInfo{VMM: d.Name(), Accel: string(d.Accel())}, nil
 }
-
