@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Install the Debian packages agentbox needs on a fresh Debian 12 (bookworm) host.
+#
+# Uses only the apt sources already configured on the machine. Quick no-op when
+# everything is installed already. Must run as root (or with sudo available).
+set -euo pipefail
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
+PACKAGES=(
+	# VMM and disks
+	qemu-system-x86 # qemu-system-x86_64 -M microvm (TCG on these machines)
+	qemu-utils      # qemu-img: qcow2 bases and overlays
+	e2fsprogs       # mkfs.ext4 -d
+	# guest root filesystems
+	debootstrap
+	debian-archive-keyring # debootstrap verifies the Release file against it
+	ca-certificates        # in case the configured mirror is https
+	# guest kernel and initramfs (kernel/fetch.sh, images/mkinitramfs.sh)
+	kmod      # modinfo, depmod
+	lz4       # the 6.1 bzImage payload is lz4
+	zstd      # .ko.zst modules, zstd payloads (6.12+)
+	xz-utils  # .ko.xz modules
+	cpio      # initramfs
+	gzip      # initramfs compression
+	file      # sanity checks (ELF, qcow2)
+	binutils  # readelf: checks the PVH ELF note of vmlinux
+	# protocol
+	protobuf-compiler # protoc for proto/
+)
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+	if command -v sudo >/dev/null 2>&1; then
+		SUDO=(sudo)
+	else
+		log "must run as root (or with sudo installed)"
+		exit 1
+	fi
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+	if [[ $st != installed ]]; then
+		missing+=("$p")
+	fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+	log "all ${#PACKAGES[@]} packages already installed"
+	exit 0
+fi
+
+log "missing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+log "apt-get update"
+"${SUDO[@]}" apt-get update -q >&2
+log "apt-get install --no-install-recommends ${missing[*]}"
+"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+
+# Verify: a package that apt could not install must fail the script here, not
+# some later step.
+still=()
+for p in "${missing[@]}"; do
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+	[[ $st == installed ]] || still+=("$p")
+done
+if [[ ${#still[@]} -gt 0 ]]; then
+	log "still not installed: ${still[*]}"
+	exit 1
+fi
+log "done"
