@@ -1,0 +1,4 @@
+package client
+
+// ReadEventsForTest exposes readEvents to the external tests.
+var ReadEventsForTest = readEvents

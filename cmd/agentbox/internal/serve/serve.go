@@ -1,0 +1,65 @@
+// Package serve is `agentbox serve`: it runs hostd in the foreground until
+// SIGINT or SIGTERM.
+package serve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/agentbox/agentbox/hostd"
+)
+
+// oneOf returns a flag validator accepting only the given values.
+func oneOf(values ...string) func(string) error {
+	return func(v string) error {
+		if !slices.Contains(values, v) {
+			return fmt.Errorf("%q is not one of %v", v, values)
+		}
+		return nil
+	}
+}
+
+// Command returns the serve command. Its API key is the global --api-key
+// (AGENTBOX_API_KEY), accepted in addition to the stored keys.
+func Command() *cli.Command {
+	cache := hostd.CacheDir()
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run hostd, the agentbox daemon, in the foreground",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "listen", Value: hostd.DefaultListen, Usage: "API address", Sources: cli.EnvVars("AGENTBOX_LISTEN")},
+			&cli.StringFlag{Name: "data-dir", Value: hostd.DefaultDataDir, Usage: "state directory (agentbox.db, api-key, sandboxes/)", Sources: cli.EnvVars("AGENTBOX_DATA_DIR")},
+			&cli.StringFlag{Name: "vmm", Value: "auto", Usage: "VMM backend: auto, qemu or cloud-hypervisor", Sources: cli.EnvVars("AGENTBOX_VMM"),
+				Validator: oneOf("auto", "qemu", "cloud-hypervisor")},
+			&cli.StringFlag{Name: "accel", Value: "auto", Usage: "accelerator: auto (probe), kvm or tcg", Sources: cli.EnvVars("AGENTBOX_ACCEL"),
+				Validator: oneOf("auto", "kvm", "tcg")},
+			&cli.StringFlag{Name: "kernel", Usage: "guest kernel (default " + filepath.Join(cache, "kernel", "vmlinux") + ")", Sources: cli.EnvVars("AGENTBOX_KERNEL")},
+			&cli.StringFlag{Name: "initramfs", Usage: "guest initramfs (default " + filepath.Join(cache, "initramfs.cpio.gz") + ")", Sources: cli.EnvVars("AGENTBOX_INITRAMFS")},
+			&cli.StringFlag{Name: "base-image", Usage: "base root image (default " + filepath.Join(cache, "images", "base.qcow2") + ")", Sources: cli.EnvVars("AGENTBOX_BASE_IMAGE")},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(cmd.String("log-level"))); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, &slog.HandlerOptions{Level: level}))
+			return hostd.Run(ctx, hostd.Config{
+				Listen:    cmd.String("listen"),
+				DataDir:   cmd.String("data-dir"),
+				APIKey:    cmd.String("api-key"),
+				Kernel:    cmd.String("kernel"),
+				Initramfs: cmd.String("initramfs"),
+				BaseImage: cmd.String("base-image"),
+				VMM:       cmd.String("vmm"),
+				Accel:     cmd.String("accel"),
+				Logger:    log,
+			})
+		},
+	}
+}

@@ -1,0 +1,221 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/sandbox"
+)
+
+//go:embed openapi.yaml
+var openapiYAML []byte
+
+// Manager is what the handlers need of hostd's sandbox manager.
+type Manager interface {
+	Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Info, error)
+	Get(ctx context.Context, id string) (sandbox.Info, error)
+	List(ctx context.Context) ([]sandbox.Info, error)
+	Delete(ctx context.Context, id string) error
+	// Exec runs req and calls emit for each event in order: start, output..., exit.
+	// It returns nil after the exit event was emitted, or the error that ended it.
+	Exec(ctx context.Context, id string, req sandbox.ExecRequest, emit func(sandbox.ExecEvent) error) error
+	Signal(ctx context.Context, id, execID string, sig syscall.Signal) error
+	// ReadFile opens path; the error reflects the open (not found, is a directory...).
+	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) error
+	ListDir(ctx context.Context, id, path string) ([]sandbox.FileInfo, error)
+	Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error)
+	Mkdir(ctx context.Context, id, path string) error
+	Remove(ctx context.Context, id, path string, recursive bool) error
+	Rename(ctx context.Context, id, from, to string) error
+}
+
+// Authenticator decides whether a request may use the /v1 API. It returns
+// nil to let the request through, an error wrapping auth.ErrUnauthorized to
+// answer 401, or any other error (the key store failed) to answer 500.
+// *auth.Authenticator implements it.
+type Authenticator interface {
+	Authenticate(r *http.Request) error
+}
+
+// HealthInfo is what GET /healthz reports about the VMM backend.
+type HealthInfo struct {
+	// VMM is the backend's name ("qemu", "cloud-hypervisor").
+	VMM string
+	// Accel is the accelerator in use ("kvm", "tcg").
+	Accel string
+}
+
+// Options configure New.
+type Options struct {
+	// Manager runs the sandboxes. Required.
+	Manager Manager
+	// Auth guards every route except the public ones (GET /healthz,
+	// GET /openapi.yaml). A nil Auth rejects every guarded request.
+	Auth Authenticator
+	// Health reports the VMM backend for GET /healthz; nil reports "".
+	Health func() HealthInfo
+	// Logger receives one line per request and every internal error;
+	// nil discards.
+	Logger *slog.Logger
+}
+
+// publicRoutes are the ServeMux patterns that need no API key. Every other
+// route, including unknown ones, is authenticated first: a route added to the
+// document is guarded unless it is added here too. TestPublicRoutesMatchSpec
+// checks this set against the document's `security: []` operations.
+var publicRoutes = map[string]bool{
+	"GET /healthz":      true,
+	"GET /openapi.yaml": true,
+}
+
+// server implements the generated ServerInterface.
+type server struct {
+	m      Manager
+	health func() HealthInfo
+	log    *slog.Logger
+}
+
+var _ ServerInterface = (*server)(nil)
+
+// New returns hostd's API handler.
+func New(opts Options) http.Handler {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{m: opts.Manager, health: opts.Health, log: log}
+	mux := http.NewServeMux()
+	HandlerWithOptions(s, StdHTTPServerOptions{
+		BaseRouter:       mux,
+		ErrorHandlerFunc: s.paramError,
+	})
+	return &router{mux: mux, auth: opts.Auth, s: s}
+}
+
+// router authenticates, routes, answers unknown routes with JSON errors and
+// logs every request.
+type router struct {
+	mux  *http.ServeMux
+	auth Authenticator
+	s    *server
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	// Deferred, so that a response aborted with http.ErrAbortHandler is
+	// logged too.
+	defer rt.logRequest(r, rec, start)
+	rt.serve(rec, r)
+}
+
+func (rt *router) logRequest(r *http.Request, rec *statusRecorder, start time.Time) {
+	level := slog.LevelInfo
+	if r.URL.Path == "/healthz" {
+		level = slog.LevelDebug
+	}
+	// The mux records the matched pattern and path values on r itself.
+	attrs := []slog.Attr{
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("route", r.Pattern),
+		slog.Int("status", rec.status()),
+		slog.Duration("duration", time.Since(start)),
+	}
+	if id := r.PathValue("id"); id != "" {
+		attrs = append(attrs, slog.String("sandbox_id", id))
+	}
+	rt.s.log.LogAttrs(r.Context(), level, "api request", attrs...)
+}
+
+func (rt *router) serve(w http.ResponseWriter, r *http.Request) {
+	h, pattern := rt.mux.Handler(r)
+	if !publicRoutes[pattern] {
+		if err := rt.authenticate(r); err != nil {
+			rt.s.writeError(w, r, err)
+			return
+		}
+	}
+	if pattern == "" {
+		// No route: let the mux pick 404, 405 or a redirect, with a JSON body.
+		h.ServeHTTP(&routeErrorWriter{ResponseWriter: w, s: rt.s, r: r}, r)
+		return
+	}
+	rt.mux.ServeHTTP(w, r)
+}
+
+func (rt *router) authenticate(r *http.Request) error {
+	if rt.auth == nil {
+		return errUnauthorized
+	}
+	return rt.auth.Authenticate(r)
+}
+
+// statusRecorder remembers the status written through it. Unwrap lets
+// http.ResponseController reach the connection's Flush and deadlines.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusRecorder) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}
+
+// routeErrorWriter turns the mux's plain-text 404 and 405 answers into the
+// API's JSON errors, keeping its headers (Allow, Location).
+type routeErrorWriter struct {
+	http.ResponseWriter
+	s       *server
+	r       *http.Request
+	written bool
+}
+
+func (e *routeErrorWriter) WriteHeader(code int) {
+	if e.written {
+		return
+	}
+	e.written = true
+	switch code {
+	case http.StatusNotFound:
+		e.s.writeError(e.ResponseWriter, e.r, &apiError{status: code, code: CodeNotFound, msg: "no such route"})
+	case http.StatusMethodNotAllowed:
+		e.s.writeError(e.ResponseWriter, e.r, &apiError{status: code, code: CodeMethodNotAllowed, msg: "method not allowed on this route"})
+	default:
+		e.ResponseWriter.WriteHeader(code)
+	}
+}
+
+// Write drops the mux's own text bodies; the JSON error replaces them.
+func (e *routeErrorWriter) Write(p []byte) (int, error) {
+	if !e.written {
+		e.WriteHeader(http.StatusOK)
+	}
+	return len(p), nil
+}

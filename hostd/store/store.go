@@ -1,0 +1,116 @@
+// Package store is hostd's state in SQLite (modernc.org/sqlite, no cgo):
+// sandboxes and API keys. One *sql.DB in WAL mode serves the whole daemon;
+// the schema is migrated forward by a version table when the store opens.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// ErrNotFound is wrapped by lookups of rows that do not exist.
+var ErrNotFound = errors.New("store: not found")
+
+// busyTimeoutMS is how long a connection waits for another's write lock.
+const busyTimeoutMS = 5000
+
+// Store is hostd's database. Its methods are safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database at path and migrates its
+// schema to the current version.
+func Open(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	for _, p := range []string{
+		"journal_mode(WAL)",
+		fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS),
+		"foreign_keys(1)",
+		"synchronous(NORMAL)",
+	} {
+		q.Add("_pragma", p)
+	}
+	// BEGIN IMMEDIATE takes the write lock up front, so concurrent
+	// read-then-write transactions wait (busy_timeout) instead of failing.
+	q.Set("_txlock", "immediate")
+	// A plain path (not a file: URI) is opened as is; the driver strips the
+	// query of its own parameters.
+	dsn := path + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("store: migrate %s: %w", path, err), db.Close())
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	return s.db.Close()
+}
+
+// migrations are applied in order; migrations[i] takes the schema from
+// version i to i+1. Append only: never edit a released migration.
+var migrations = []string{
+	`CREATE TABLE sandboxes (
+		id         TEXT PRIMARY KEY,
+		state      TEXT NOT NULL,
+		vcpus      INTEGER NOT NULL,
+		memory_mib INTEGER NOT NULL,
+		env        TEXT NOT NULL DEFAULT '{}',
+		timeout_s  INTEGER NOT NULL DEFAULT 0,
+		metadata   TEXT NOT NULL DEFAULT '{}',
+		created_at INTEGER NOT NULL,
+		error      TEXT NOT NULL DEFAULT '',
+		vm_pid     INTEGER NOT NULL DEFAULT 0,
+		dir        TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX sandboxes_created_at ON sandboxes (created_at);
+	CREATE TABLE api_keys (
+		hash       TEXT PRIMARY KEY,
+		name       TEXT NOT NULL,
+		created_at INTEGER NOT NULL
+	);`,
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	var version int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&version)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this hostd (%d)", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, len(migrations)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
