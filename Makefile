@@ -4,6 +4,9 @@ export PATH := $(PATH):/usr/local/go/bin
 CACHE ?= $(or $(AGENTBOX_CACHE),/var/cache/agentbox)
 export AGENTBOX_CACHE := $(CACHE)
 BIN := $(CURDIR)/bin
+# The initramfs holds this checkout's guestinit, so it is a build output of
+# the checkout (bin/), not of the shared asset cache.
+export AGENTBOX_INITRAMFS ?= $(BIN)/initramfs.cpio.gz
 TOOLBIN := $(CURDIR)/bin/tools
 # Packages whose tests boot real VMs; they run without -race (the guest is
 # the slow part, and the race detector would only slow hostd's side).
@@ -27,7 +30,7 @@ rootfs: deps
 
 initramfs: kernel
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/guestinit ./cmd/guestinit
-	bash images/mkinitramfs.sh $(BIN)/guestinit
+	bash images/mkinitramfs.sh $(BIN)/guestinit $(AGENTBOX_INITRAMFS)
 
 assets: kernel rootfs initramfs
 

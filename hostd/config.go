@@ -49,6 +49,22 @@ func CacheDir() string {
 	return DefaultCacheDir
 }
 
+// DefaultInitramfs is AGENTBOX_INITRAMFS, else initramfs.cpio.gz beside the
+// running executable (`make build` puts both in bin/), else the one in the
+// cache directory.
+func DefaultInitramfs() string {
+	if p := os.Getenv("AGENTBOX_INITRAMFS"); p != "" {
+		return p
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "initramfs.cpio.gz")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return filepath.Join(CacheDir(), "initramfs.cpio.gz")
+}
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	cache := CacheDir()
@@ -60,7 +76,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.Listen, DefaultListen)
 	def(&c.DataDir, DefaultDataDir)
 	def(&c.Kernel, filepath.Join(cache, "kernel", "vmlinux"))
-	def(&c.Initramfs, filepath.Join(cache, "initramfs.cpio.gz"))
+	def(&c.Initramfs, DefaultInitramfs())
 	def(&c.BaseImage, filepath.Join(cache, "images", "base.qcow2"))
 	def(&c.VMM, "auto")
 	def(&c.Accel, "auto")

@@ -34,6 +34,9 @@ func FindAssets(t testing.TB) Assets {
 		Initramfs: filepath.Join(c, "initramfs.cpio.gz"),
 		BaseImage: filepath.Join(c, "images", "base.qcow2"),
 	}
+	if p := os.Getenv("AGENTBOX_INITRAMFS"); p != "" {
+		a.Initramfs = p
+	}
 	for _, p := range []string{a.Kernel, a.Initramfs, a.BaseImage} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("guest asset missing: %v (run `make assets` first)", err)
