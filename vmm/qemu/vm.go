@@ -155,6 +155,9 @@ func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 		if vm.running() != nil {
 			return nil, vmm.ErrNotRunning
 		}
+		if !errors.Is(err, channel.ErrRefused) {
+			vm.dropSession(sess) // the session is broken; the next Dial starts afresh
+		}
 		return nil, err
 	}
 	return conn, nil
@@ -171,6 +174,12 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 	conn, err := d.DialContext(ctx, "unix", vm.path(agentSocket))
 	if err != nil {
 		return nil, fmt.Errorf("qemu: dial agent socket: %w", err)
+	}
+	// Whatever yamux state the guest holds (a previous host, a snapshot),
+	// the marker starts a fresh session.
+	if _, err := conn.Write(channel.ResetMarker); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("qemu: reset agent channel: %w", err)
 	}
 	sess, err := yamux.Client(conn, hostYamuxConfig())
 	if err != nil {
