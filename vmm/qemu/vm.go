@@ -25,6 +25,9 @@ type VM struct {
 	cfg vmm.Config
 	log *slog.Logger
 	qmp *qmp
+	// mem is the shared guest memory memfd, or nil when the guest's memory
+	// is a private mapping of a snapshot file.
+	mem *os.File
 
 	done    chan struct{}
 	waitErr error
@@ -109,11 +112,6 @@ func (vm *VM) Pause(ctx context.Context) error { return vm.command(ctx, "stop", 
 
 // Resume restarts the vCPUs.
 func (vm *VM) Resume(ctx context.Context) error { return vm.command(ctx, "cont", nil) }
-
-// Snapshot is not implemented by the QEMU backend yet.
-func (vm *VM) Snapshot(ctx context.Context, dir string) error {
-	return fmt.Errorf("%w: qemu snapshot", vmm.ErrUnsupported)
-}
 
 func (vm *VM) command(ctx context.Context, cmd string, args any) error {
 	if err := vm.running(); err != nil {
@@ -263,6 +261,9 @@ func (vm *VM) stop(ctx context.Context) error {
 	vm.mu.Unlock()
 	if vm.qmp != nil {
 		vm.qmp.close()
+	}
+	if vm.mem != nil {
+		vm.mem.Close()
 	}
 	for _, f := range []string{qmpSocket, agentSocket} {
 		if rerr := os.Remove(vm.path(f)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
