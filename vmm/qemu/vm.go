@@ -273,3 +273,12 @@ func (vm *VM) stop(ctx context.Context) error {
 	vm.log.Info("vm stopped")
 	return err
 }
+
+// SwitchDisk moves the running guest's disk index onto a new qcow2 overlay
+// whose backing file is the current one (QMP blockdev-snapshot-sync). The
+// current file is then read-only to QEMU: a frozen layer.
+func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
+	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
+		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "absolute-paths",
+	})
+}
