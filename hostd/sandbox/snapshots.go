@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/disk"
@@ -105,12 +106,15 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 		os.RemoveAll(sn.Dir)
 		return sn, err
 	}
+	t0 := time.Now()
 	if err := m.freezeDisk(ctx, b, sn); err != nil {
 		return fail(err)
 	}
+	t1 := time.Now()
 	if err := b.vm.Snapshot(ctx, sn.Dir); err != nil {
 		return fail(err)
 	}
+	m.log.Debug("snapshot captured", "sandbox_id", b.id, "snapshot_id", sn.ID, "disk", t1.Sub(t0), "state", time.Since(t1))
 	names, size, err := dirFiles(sn.Dir)
 	if err != nil {
 		return fail(err)
@@ -183,9 +187,17 @@ func dirFiles(dir string) ([]string, int64, error) {
 			return nil, 0, err
 		}
 		names = append(names, e.Name())
-		size += fi.Size()
+		size += allocated(fi)
 	}
 	return names, size, nil
+}
+
+// allocated is the disk space a file takes (holes are free).
+func allocated(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
 }
 
 func copyFile(from, to string) error {
