@@ -1,0 +1,88 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func newTestManager(t *testing.T) *Manager {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("cgroup tests need root")
+	}
+	inst := fmt.Sprintf("test-%d-%s", os.Getpid(), strings.NewReplacer("/", "-", ".", "-").Replace(t.Name()))
+	m, err := New(inst)
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("no cgroups here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ids, _ := m.List()
+		for _, id := range ids {
+			_ = m.Remove(id)
+		}
+		if err := m.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return m
+}
+
+func TestGroupLimitsStatsDelete(t *testing.T) {
+	m := newTestManager(t)
+	g, err := m.Create("sb-1", Limits{CPUs: 0.5, MemoryBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addErr := g.Add(cmd.Process.Pid)
+	waitErr := cmd.Wait()
+	if addErr != nil || waitErr != nil {
+		t.Fatalf("add: %v, wait: %v", addErr, waitErr)
+	}
+	st, err := g.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CPUSeconds <= 0 {
+		t.Errorf("got %v CPU seconds, want > 0", st.CPUSeconds)
+	}
+	if got, want := readLimit(t, m, "sb-1"), "64"; !strings.Contains(got, want) {
+		t.Logf("memory limit file: %s", got)
+	}
+	ids, err := m.List()
+	if err != nil || len(ids) != 1 || ids[0] != "sb-1" {
+		t.Fatalf("got %v, %v, want [sb-1]", ids, err)
+	}
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := m.List(); len(ids) != 0 {
+		t.Fatalf("got %v after delete, want none", ids)
+	}
+}
+
+func readLimit(t *testing.T, m *Manager, id string) string {
+	p := "/sys/fs/cgroup/memory" + m.path(id) + "/memory.limit_in_bytes"
+	if m.v2 {
+		p = "/sys/fs/cgroup" + m.path(id) + "/memory.max"
+	}
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func TestRemoveMissing(t *testing.T) {
+	m := newTestManager(t)
+	if err := m.Remove("sb-none"); err != nil {
+		t.Fatalf("got %v, want nil", err)
+	}
+}
