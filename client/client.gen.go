@@ -19,6 +19,27 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CreateSandboxRequestOnTimeout.
+const (
+	CreateSandboxRequestOnTimeoutDelete CreateSandboxRequestOnTimeout = "delete"
+	CreateSandboxRequestOnTimeoutEmpty  CreateSandboxRequestOnTimeout = ""
+	CreateSandboxRequestOnTimeoutPause  CreateSandboxRequestOnTimeout = "pause"
+)
+
+// Valid indicates whether the value is a known member of the CreateSandboxRequestOnTimeout enum.
+func (e CreateSandboxRequestOnTimeout) Valid() bool {
+	switch e {
+	case CreateSandboxRequestOnTimeoutDelete:
+		return true
+	case CreateSandboxRequestOnTimeoutEmpty:
+		return true
+	case CreateSandboxRequestOnTimeoutPause:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecEventType.
 const (
 	ExecEventTypeError  ExecEventType = "error"
@@ -102,14 +123,38 @@ func (e SnapshotRequestKind) Valid() bool {
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
+	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default).
+	CPUQuota float64 `json:"cpu_quota,omitempty"`
+
+	// DiskBps Disk bandwidth cap, reads and writes together, in bytes per second (0 = default).
+	DiskBps int64 `json:"disk_bps,omitempty"`
+
+	// DiskMiB Size of the root filesystem the guest can fill, in MiB (at most the base image's; 0 = default).
+	DiskMiB int `json:"disk_mib,omitempty"`
+
 	// Env Environment of every command run in the sandbox.
 	Env map[string]string `json:"env,omitempty"`
+
+	// ExecTimeoutS Default wall-clock timeout of each exec, in seconds (0 = default).
+	ExecTimeoutS int `json:"exec_timeout_s,omitempty"`
+
+	// HostMemoryMiB Host memory cap of the VMM process in MiB (at least memory_mib + 64; 0 = default).
+	HostMemoryMiB int `json:"host_memory_mib,omitempty"`
+
+	// IdleTimeoutS Pause after this long without API calls, running execs or guest CPU use (0 = default).
+	IdleTimeoutS int `json:"idle_timeout_s,omitempty"`
+
+	// MaxPids Most processes user commands may run at once in the guest (0 = default).
+	MaxPids int `json:"max_pids,omitempty"`
 
 	// MemoryMiB Guest memory in MiB (0 = default).
 	MemoryMiB int `json:"memory_mib,omitempty"`
 
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// OnTimeout What the end of timeout_s does (default delete).
+	OnTimeout CreateSandboxRequestOnTimeout `json:"on_timeout,omitempty"`
 
 	// Snapshot Start from this snapshot (its vcpus and memory win).
 	Snapshot string `json:"snapshot,omitempty"`
@@ -123,6 +168,9 @@ type CreateSandboxRequest struct {
 	// VCPUs Virtual CPUs (0 = default).
 	VCPUs int `json:"vcpus,omitempty"`
 }
+
+// CreateSandboxRequestOnTimeout What the end of timeout_s does (default delete).
+type CreateSandboxRequestOnTimeout string
 
 // CreateTemplateRequest defines model for CreateTemplateRequest.
 type CreateTemplateRequest struct {
@@ -182,6 +230,9 @@ type ExecRequest struct {
 
 	// Stdin Fed to the command, then closed (at most 16 MiB).
 	Stdin string `json:"stdin,omitempty"`
+
+	// TimeoutS Kill the command (SIGKILL to its process group) after this many seconds (0 = the sandbox's exec_timeout_s).
+	TimeoutS int `json:"timeout_s,omitempty"`
 }
 
 // ExecResult defines model for ExecResult.
@@ -238,6 +289,18 @@ type Health struct {
 	VMM string `json:"vmm"`
 }
 
+// Limits The sandbox's resource limits and lifecycle options (0 = none).
+type Limits struct {
+	CPUQuota      float64 `json:"cpu_quota"`
+	DiskBps       int64   `json:"disk_bps"`
+	DiskMiB       int     `json:"disk_mib"`
+	ExecTimeoutS  int     `json:"exec_timeout_s"`
+	HostMemoryMiB int     `json:"host_memory_mib"`
+	IdleTimeoutS  int     `json:"idle_timeout_s"`
+	MaxPids       int     `json:"max_pids"`
+	OnTimeout     string  `json:"on_timeout"`
+}
+
 // MoveRequest defines model for MoveRequest.
 type MoveRequest struct {
 	From string `json:"from"`
@@ -246,12 +309,18 @@ type MoveRequest struct {
 
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
-	CreatedAt time.Time         `json:"created_at"`
-	Env       map[string]string `json:"env"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Deadline When its timeout ends (absent without one).
+	Deadline *time.Time        `json:"deadline,omitempty"`
+	Env      map[string]string `json:"env"`
 
 	// Error Why a failed sandbox failed ("" otherwise).
-	Error     string            `json:"error"`
-	ID        string            `json:"id"`
+	Error string `json:"error"`
+	ID    string `json:"id"`
+
+	// Limits The sandbox's resource limits and lifecycle options (0 = none).
+	Limits    *Limits           `json:"limits,omitempty"`
 	MemoryMiB int               `json:"memory_mib"`
 	Metadata  map[string]string `json:"metadata"`
 
@@ -341,6 +410,26 @@ type TemplateList struct {
 	Templates []Template `json:"templates"`
 }
 
+// TimeoutRequest defines model for TimeoutRequest.
+type TimeoutRequest struct {
+	TimeoutS int `json:"timeout_s"`
+}
+
+// Usage defines model for Usage.
+type Usage struct {
+	// BytesIn Bytes sent into the guest over the agent channel.
+	BytesIn int64 `json:"bytes_in"`
+
+	// BytesOut Bytes received from the guest over the agent channel.
+	BytesOut      int64   `json:"bytes_out"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	DiskUsedBytes int64   `json:"disk_used_bytes"`
+
+	// MemoryBytes Host memory of the running VMM now (0 while paused).
+	MemoryBytes     int64 `json:"memory_bytes"`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+}
+
 // GuestPath Example: /root/hello.txt
 type GuestPath = string
 
@@ -412,6 +501,9 @@ type ForkSandboxJSONRequestBody = ForkRequest
 
 // SnapshotSandboxJSONRequestBody defines body for SnapshotSandbox for application/json ContentType.
 type SnapshotSandboxJSONRequestBody = SnapshotRequest
+
+// ExtendTimeoutJSONRequestBody defines body for ExtendTimeout for application/json ContentType.
+type ExtendTimeoutJSONRequestBody = TimeoutRequest
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = CreateTemplateRequest
@@ -494,6 +586,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+	//
+	// Corresponds with GET /metrics (the `GetMetrics` operationId).
+	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOpenAPI This document.
 	//
@@ -723,6 +820,31 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/snapshots (the `SnapshotSandbox` operationId).
 	SnapshotSandbox(ctx context.Context, id SandboxID, body SnapshotSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ExtendTimeoutWithBody Make the sandbox's timeout end timeout_s seconds from now.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+	ExtendTimeoutWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendTimeout Make the sandbox's timeout end timeout_s seconds from now.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+	ExtendTimeout(ctx context.Context, id SandboxID, body ExtendTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetUsage What the sandbox has consumed.
+	//
+	// CPU seconds and peak memory of its VMM processes (from their
+	// cgroups, summed over pauses and resumes), the host disk space its
+	// overlays take, and the bytes that passed through the agent channel
+	// (into and out of the guest). Guest network traffic is not counted
+	// here. Counters of VMs that ran before a hostd restart are lost.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
+	GetUsage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListSnapshots List snapshots, oldest first.
 	//
 	// Corresponds with GET /v1/snapshots (the `ListSnapshots` operationId).
@@ -776,6 +898,21 @@ type ClientInterface interface {
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Raw) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+//
+// Corresponds with GET /metrics (the `GetMetrics` operationId).
+func (c *Raw) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1254,6 +1391,61 @@ func (c *Raw) SnapshotSandbox(ctx context.Context, id SandboxID, body SnapshotSa
 	return c.Client.Do(req)
 }
 
+// ExtendTimeoutWithBody Make the sandbox's timeout end timeout_s seconds from now.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+func (c *Raw) ExtendTimeoutWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendTimeoutRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendTimeout Make the sandbox's timeout end timeout_s seconds from now.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+func (c *Raw) ExtendTimeout(ctx context.Context, id SandboxID, body ExtendTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendTimeoutRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetUsage What the sandbox has consumed.
+//
+// CPU seconds and peak memory of its VMM processes (from their
+// cgroups, summed over pauses and resumes), the host disk space its
+// overlays take, and the bytes that passed through the agent channel
+// (into and out of the guest). Guest network traffic is not counted
+// here. Counters of VMs that ran before a hostd restart are lost.
+//
+// Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
+func (c *Raw) GetUsage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetUsageRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListSnapshots List snapshots, oldest first.
 //
 // Corresponds with GET /v1/snapshots (the `ListSnapshots` operationId).
@@ -1391,6 +1583,33 @@ func NewGetHealthRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetMetricsRequest constructs an http.Request for the GetMetrics method
+func NewGetMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2263,6 +2482,87 @@ func NewSnapshotSandboxRequestWithBody(server string, id SandboxID, contentType 
 	return req, nil
 }
 
+// NewExtendTimeoutRequest calls the generic ExtendTimeout builder with application/json body
+func NewExtendTimeoutRequest(server string, id SandboxID, body ExtendTimeoutJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExtendTimeoutRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewExtendTimeoutRequestWithBody constructs an http.Request for the ExtendTimeout method, with any body, and a specified content type
+func NewExtendTimeoutRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/timeout", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetUsageRequest constructs an http.Request for the GetUsage method
+func NewGetUsageRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/usage", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSnapshotsRequest constructs an http.Request for the ListSnapshots method
 func NewListSnapshotsRequest(server string) (*http.Request, error) {
 	var err error
@@ -2544,6 +2844,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
+	// GetMetricsWithResponse Operator metrics in the Prometheus text format (needs the API key).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `GetMetrics` operationId).
+	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
+
 	// GetOpenAPIWithResponse This document.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2794,6 +3101,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/snapshots (the `SnapshotSandbox` operationId).
 	SnapshotSandboxWithResponse(ctx context.Context, id SandboxID, body SnapshotSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*SnapshotSandboxResponse, error)
 
+	// ExtendTimeoutWithBodyWithResponse Make the sandbox's timeout end timeout_s seconds from now.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+	ExtendTimeoutWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendTimeoutResponse, error)
+
+	// ExtendTimeoutWithResponse Make the sandbox's timeout end timeout_s seconds from now.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+	ExtendTimeoutWithResponse(ctx context.Context, id SandboxID, body ExtendTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendTimeoutResponse, error)
+
+	// GetUsageWithResponse What the sandbox has consumed.
+	//
+	// CPU seconds and peak memory of its VMM processes (from their
+	// cgroups, summed over pauses and resumes), the host disk space its
+	// overlays take, and the bytes that passed through the agent channel
+	// (into and out of the guest). Guest network traffic is not counted
+	// here. Counters of VMs that ran before a hostd restart are lost.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
+	GetUsageWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetUsageResponse, error)
+
 	// ListSnapshotsWithResponse List snapshots, oldest first.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2889,6 +3223,47 @@ func (r GetHealthResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetHealthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetMetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetMetricsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMetricsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMetricsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3703,6 +4078,102 @@ func (r SnapshotSandboxResponse) ContentType() string {
 	return ""
 }
 
+type ExtendTimeoutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Sandbox
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExtendTimeoutResponse) GetJSON200() *Sandbox {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ExtendTimeoutResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExtendTimeoutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExtendTimeoutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExtendTimeoutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExtendTimeoutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetUsageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Usage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetUsageResponse) GetJSON200() *Usage {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetUsageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetUsageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetUsageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetUsageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListSnapshotsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4036,6 +4507,19 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetHealthResponse(rsp)
+}
+
+// GetMetricsWithResponse Operator metrics in the Prometheus text format (needs the API key).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `GetMetrics` operationId).
+func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error) {
+	rsp, err := c.GetMetrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMetricsResponse(rsp)
 }
 
 // GetOpenAPIWithResponse This document.
@@ -4432,6 +4916,51 @@ func (c *ClientWithResponses) SnapshotSandboxWithResponse(ctx context.Context, i
 	return ParseSnapshotSandboxResponse(rsp)
 }
 
+// ExtendTimeoutWithBodyWithResponse Make the sandbox's timeout end timeout_s seconds from now.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+func (c *ClientWithResponses) ExtendTimeoutWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendTimeoutResponse, error) {
+	rsp, err := c.ExtendTimeoutWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendTimeoutResponse(rsp)
+}
+
+// ExtendTimeoutWithResponse Make the sandbox's timeout end timeout_s seconds from now.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/timeout (the `ExtendTimeout` operationId).
+func (c *ClientWithResponses) ExtendTimeoutWithResponse(ctx context.Context, id SandboxID, body ExtendTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendTimeoutResponse, error) {
+	rsp, err := c.ExtendTimeout(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendTimeoutResponse(rsp)
+}
+
+// GetUsageWithResponse What the sandbox has consumed.
+//
+// CPU seconds and peak memory of its VMM processes (from their
+// cgroups, summed over pauses and resumes), the host disk space its
+// overlays take, and the bytes that passed through the agent channel
+// (into and out of the guest). Guest network traffic is not counted
+// here. Counters of VMs that ran before a hostd restart are lost.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
+func (c *ClientWithResponses) GetUsageWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetUsageResponse, error) {
+	rsp, err := c.GetUsage(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetUsageResponse(rsp)
+}
+
 // ListSnapshotsWithResponse List snapshots, oldest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -4559,6 +5088,32 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetMetricsResponse parses an HTTP response from a GetMetricsWithResponse call
+func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
 
 	}
 
@@ -5111,6 +5666,72 @@ func ParseSnapshotSandboxResponse(rsp *http.Response) (*SnapshotSandboxResponse,
 			return nil, err
 		}
 		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExtendTimeoutResponse parses an HTTP response from a ExtendTimeoutWithResponse call
+func ParseExtendTimeoutResponse(rsp *http.Response) (*ExtendTimeoutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExtendTimeoutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Sandbox
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetUsageResponse parses an HTTP response from a GetUsageWithResponse call
+func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetUsageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Usage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
 // DefaultListen is where hostd listens unless told otherwise.
@@ -39,6 +41,13 @@ type Config struct {
 	DefaultMemoryMiB int
 	// Logger receives hostd's logs.
 	Logger *slog.Logger
+	// Limits are the defaults and maximums of sandboxes' resource limits
+	// (see limits.go for the built-in ones).
+	Limits sandbox.LimitOptions
+	// Instance names this hostd's cgroups (/agentbox/<instance>/...);
+	// empty derives it from DataDir, so hostds with their own data
+	// directories never share groups.
+	Instance string
 }
 
 // CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.

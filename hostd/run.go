@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
+	"github.com/agentbox/agentbox/hostd/metrics"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
@@ -50,18 +51,26 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return err
 	}
 	log.Info("vmm chosen", "vmm", health.VMM, "accel", health.Accel)
-	mgr, err := sandbox.New(sandbox.Options{
+	met := metrics.New()
+	opts := sandbox.Options{
 		Driver: drv, Store: st, DataDir: cfg.DataDir,
 		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
-	})
+		Limits: cfg.Limits, Metrics: met,
+	}
+	if opts.Cgroups, err = openCgroups(cfg, log); err != nil {
+		return err
+	}
+	mgr, err := sandbox.New(opts)
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
 	}
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("hostd: recover: %w", err)
 	}
-	handler := api.New(api.Options{Manager: mgr, Auth: auth.New(st), Health: func() api.HealthInfo { return health }, Logger: log})
+	met.Watch(mgr)
+	go mgr.Reap(ctx, sandbox.DefaultReapInterval)
+	handler := api.New(api.Options{Manager: mgr, Auth: auth.New(st), Health: func() api.HealthInfo { return health }, Logger: log, Metrics: met.Handler()})
 	return serve(ctx, cfg.Listen, handler, mgr, log, ready)
 }
 

@@ -46,6 +46,9 @@ type Disk struct {
 	ReadOnly bool
 	// Raw marks a raw image instead of qcow2.
 	Raw bool
+	// BpsTotal caps the disk's bandwidth, reads and writes together, in
+	// bytes per second (0 = none).
+	BpsTotal int64
 }
 
 // Config describes one VM. All paths are absolute.
@@ -67,6 +70,10 @@ type Config struct {
 	Disks []Disk
 	// ConsoleLog receives the guest's serial console.
 	ConsoleLog string
+	// Started, if set, is called with the VMM's pid right after the process
+	// is created, before the backend waits for it (hostd puts the process
+	// into its cgroup there). An error stops the VM and fails the start.
+	Started func(pid int) error
 }
 
 // Validate reports the first problem with c, wrapped in ErrInvalidConfig.

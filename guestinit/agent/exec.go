@@ -135,7 +135,9 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	release := intoExecCgroup(cmd)
 	exit, err := e.spawner.Spawn(cmd)
+	release()
 	pipes.closeChildEnds()
 	if err != nil {
 		pipes.closeParentEnds()

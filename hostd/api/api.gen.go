@@ -14,6 +14,27 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CreateSandboxRequestOnTimeout.
+const (
+	CreateSandboxRequestOnTimeoutDelete CreateSandboxRequestOnTimeout = "delete"
+	CreateSandboxRequestOnTimeoutEmpty  CreateSandboxRequestOnTimeout = ""
+	CreateSandboxRequestOnTimeoutPause  CreateSandboxRequestOnTimeout = "pause"
+)
+
+// Valid indicates whether the value is a known member of the CreateSandboxRequestOnTimeout enum.
+func (e CreateSandboxRequestOnTimeout) Valid() bool {
+	switch e {
+	case CreateSandboxRequestOnTimeoutDelete:
+		return true
+	case CreateSandboxRequestOnTimeoutEmpty:
+		return true
+	case CreateSandboxRequestOnTimeoutPause:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecEventType.
 const (
 	ExecEventTypeError  ExecEventType = "error"
@@ -97,14 +118,38 @@ func (e SnapshotRequestKind) Valid() bool {
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
+	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default).
+	CPUQuota float64 `json:"cpu_quota,omitempty"`
+
+	// DiskBps Disk bandwidth cap, reads and writes together, in bytes per second (0 = default).
+	DiskBps int64 `json:"disk_bps,omitempty"`
+
+	// DiskMiB Size of the root filesystem the guest can fill, in MiB (at most the base image's; 0 = default).
+	DiskMiB int `json:"disk_mib,omitempty"`
+
 	// Env Environment of every command run in the sandbox.
 	Env map[string]string `json:"env,omitempty"`
+
+	// ExecTimeoutS Default wall-clock timeout of each exec, in seconds (0 = default).
+	ExecTimeoutS int `json:"exec_timeout_s,omitempty"`
+
+	// HostMemoryMiB Host memory cap of the VMM process in MiB (at least memory_mib + 64; 0 = default).
+	HostMemoryMiB int `json:"host_memory_mib,omitempty"`
+
+	// IdleTimeoutS Pause after this long without API calls, running execs or guest CPU use (0 = default).
+	IdleTimeoutS int `json:"idle_timeout_s,omitempty"`
+
+	// MaxPids Most processes user commands may run at once in the guest (0 = default).
+	MaxPids int `json:"max_pids,omitempty"`
 
 	// MemoryMiB Guest memory in MiB (0 = default).
 	MemoryMiB int `json:"memory_mib,omitempty"`
 
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// OnTimeout What the end of timeout_s does (default delete).
+	OnTimeout CreateSandboxRequestOnTimeout `json:"on_timeout,omitempty"`
 
 	// Snapshot Start from this snapshot (its vcpus and memory win).
 	Snapshot string `json:"snapshot,omitempty"`
@@ -118,6 +163,9 @@ type CreateSandboxRequest struct {
 	// VCPUs Virtual CPUs (0 = default).
 	VCPUs int `json:"vcpus,omitempty"`
 }
+
+// CreateSandboxRequestOnTimeout What the end of timeout_s does (default delete).
+type CreateSandboxRequestOnTimeout string
 
 // CreateTemplateRequest defines model for CreateTemplateRequest.
 type CreateTemplateRequest struct {
@@ -177,6 +225,9 @@ type ExecRequest struct {
 
 	// Stdin Fed to the command, then closed (at most 16 MiB).
 	Stdin string `json:"stdin,omitempty"`
+
+	// TimeoutS Kill the command (SIGKILL to its process group) after this many seconds (0 = the sandbox's exec_timeout_s).
+	TimeoutS int `json:"timeout_s,omitempty"`
 }
 
 // ExecResult defines model for ExecResult.
@@ -233,6 +284,18 @@ type Health struct {
 	VMM string `json:"vmm"`
 }
 
+// Limits The sandbox's resource limits and lifecycle options (0 = none).
+type Limits struct {
+	CPUQuota      float64 `json:"cpu_quota"`
+	DiskBps       int64   `json:"disk_bps"`
+	DiskMiB       int     `json:"disk_mib"`
+	ExecTimeoutS  int     `json:"exec_timeout_s"`
+	HostMemoryMiB int     `json:"host_memory_mib"`
+	IdleTimeoutS  int     `json:"idle_timeout_s"`
+	MaxPids       int     `json:"max_pids"`
+	OnTimeout     string  `json:"on_timeout"`
+}
+
 // MoveRequest defines model for MoveRequest.
 type MoveRequest struct {
 	From string `json:"from"`
@@ -241,12 +304,18 @@ type MoveRequest struct {
 
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
-	CreatedAt time.Time         `json:"created_at"`
-	Env       map[string]string `json:"env"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Deadline When its timeout ends (absent without one).
+	Deadline *time.Time        `json:"deadline,omitempty"`
+	Env      map[string]string `json:"env"`
 
 	// Error Why a failed sandbox failed ("" otherwise).
-	Error     string            `json:"error"`
-	ID        string            `json:"id"`
+	Error string `json:"error"`
+	ID    string `json:"id"`
+
+	// Limits The sandbox's resource limits and lifecycle options (0 = none).
+	Limits    *Limits           `json:"limits,omitempty"`
 	MemoryMiB int               `json:"memory_mib"`
 	Metadata  map[string]string `json:"metadata"`
 
@@ -336,6 +405,26 @@ type TemplateList struct {
 	Templates []Template `json:"templates"`
 }
 
+// TimeoutRequest defines model for TimeoutRequest.
+type TimeoutRequest struct {
+	TimeoutS int `json:"timeout_s"`
+}
+
+// Usage defines model for Usage.
+type Usage struct {
+	// BytesIn Bytes sent into the guest over the agent channel.
+	BytesIn int64 `json:"bytes_in"`
+
+	// BytesOut Bytes received from the guest over the agent channel.
+	BytesOut      int64   `json:"bytes_out"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	DiskUsedBytes int64   `json:"disk_used_bytes"`
+
+	// MemoryBytes Host memory of the running VMM now (0 while paused).
+	MemoryBytes     int64 `json:"memory_bytes"`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+}
+
 // GuestPath Example: /root/hello.txt
 type GuestPath = string
 
@@ -408,6 +497,9 @@ type ForkSandboxJSONRequestBody = ForkRequest
 // SnapshotSandboxJSONRequestBody defines body for SnapshotSandbox for application/json ContentType.
 type SnapshotSandboxJSONRequestBody = SnapshotRequest
 
+// ExtendTimeoutJSONRequestBody defines body for ExtendTimeout for application/json ContentType.
+type ExtendTimeoutJSONRequestBody = TimeoutRequest
+
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = CreateTemplateRequest
 
@@ -416,6 +508,9 @@ type ServerInterface interface {
 	// GetHealth Liveness and backend information.
 	// (GET /healthz)
 	GetHealth(w http.ResponseWriter, r *http.Request)
+	// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+	// (GET /metrics)
+	GetMetrics(w http.ResponseWriter, r *http.Request)
 	// GetOpenAPI This document.
 	// (GET /openapi.yaml)
 	GetOpenAPI(w http.ResponseWriter, r *http.Request)
@@ -470,6 +565,12 @@ type ServerInterface interface {
 	// SnapshotSandbox Capture a running sandbox (memory, devices, disk).
 	// (POST /v1/sandboxes/{id}/snapshots)
 	SnapshotSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ExtendTimeout Make the sandbox's timeout end timeout_s seconds from now.
+	// (POST /v1/sandboxes/{id}/timeout)
+	ExtendTimeout(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// GetUsage What the sandbox has consumed.
+	// (GET /v1/sandboxes/{id}/usage)
+	GetUsage(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ListSnapshots List snapshots, oldest first.
 	// (GET /v1/snapshots)
 	ListSnapshots(w http.ResponseWriter, r *http.Request)
@@ -507,6 +608,20 @@ func (siw *ServerInterfaceWrapper) GetHealth(w http.ResponseWriter, r *http.Requ
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetHealth(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetMetrics operation middleware
+func (siw *ServerInterfaceWrapper) GetMetrics(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetMetrics(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1095,6 +1210,58 @@ func (siw *ServerInterfaceWrapper) SnapshotSandbox(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ExtendTimeout operation middleware
+func (siw *ServerInterfaceWrapper) ExtendTimeout(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExtendTimeout(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetUsage operation middleware
+func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetUsage(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListSnapshots operation middleware
 func (siw *ServerInterfaceWrapper) ListSnapshots(w http.ResponseWriter, r *http.Request) {
 
@@ -1380,6 +1547,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/fork", wrapper.ForkSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/pause", wrapper.PauseSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/resume", wrapper.ResumeSandbox)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/timeout", wrapper.ExtendTimeout)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/usage", wrapper.GetUsage)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/metrics", wrapper.GetMetrics)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/snapshots", wrapper.ListSnapshots)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/snapshots/{snapshot_id}", wrapper.DeleteSnapshot)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/snapshots/{snapshot_id}", wrapper.GetSnapshot)

@@ -35,6 +35,7 @@ type Manager interface {
 	Remove(ctx context.Context, id, path string, recursive bool) error
 	Rename(ctx context.Context, id, from, to string) error
 	SnapshotManager
+	LimitManager
 }
 
 // Authenticator decides whether a request may use the /v1 API. It returns
@@ -65,6 +66,8 @@ type Options struct {
 	// Logger receives one line per request and every internal error;
 	// nil discards.
 	Logger *slog.Logger
+	// Metrics serves GET /metrics (behind the API key); nil answers 404.
+	Metrics http.Handler
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -78,9 +81,10 @@ var publicRoutes = map[string]bool{
 
 // server implements the generated ServerInterface.
 type server struct {
-	m      Manager
-	health func() HealthInfo
-	log    *slog.Logger
+	m       Manager
+	health  func() HealthInfo
+	log     *slog.Logger
+	metrics http.Handler
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -91,7 +95,7 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, health: opts.Health, log: log}
+	s := &server{m: opts.Manager, health: opts.Health, log: log, metrics: opts.Metrics}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

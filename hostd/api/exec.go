@@ -60,7 +60,7 @@ func toExecRequest(req ExecRequest) (sandbox.ExecRequest, error) {
 			return sandbox.ExecRequest{}, err
 		}
 	}
-	out := sandbox.ExecRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd}
+	out := sandbox.ExecRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, TimeoutS: req.TimeoutS}
 	if req.Stdin != "" {
 		out.Stdin = []byte(req.Stdin)
 	}

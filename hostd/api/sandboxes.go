@@ -43,6 +43,7 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		Metadata:  req.Metadata,
 		Snapshot:  req.Snapshot,
 		Template:  req.Template,
+		Limits:    limitsOf(req),
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -95,6 +96,8 @@ func toSandbox(info sandbox.Info) Sandbox {
 		Error:      info.Error,
 		VMPID:      info.VMPID,
 		SnapshotID: info.SnapshotID,
+		Limits:     toLimits(info.Limits),
+		Deadline:   deadline(info.Deadline),
 	}
 }
 

@@ -269,3 +269,23 @@ func removeDir(p string) error {
 
 // v1Root is where the legacy hierarchies are mounted.
 const v1Root = "/sys/fs/cgroup"
+
+// Procs lists the processes in the group of id.
+func (m *Manager) Procs(id string) ([]int, error) {
+	p := filepath.Join(unifiedRoot, m.path(id), "cgroup.procs")
+	if !m.v2 {
+		p = filepath.Join(v1Root, "memory", m.path(id), "cgroup.procs")
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}

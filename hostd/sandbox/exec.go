@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"syscall"
+	"time"
 
 	"github.com/agentbox/agentbox/hostd/agentclient"
 )
@@ -23,10 +24,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit fun
 			return err
 		}
 	}
-	b, err := m.live(ctx, id)
+	b, err := m.running(ctx, id)
 	if err != nil {
 		return err
 	}
+	b.execs.Add(1)
+	defer b.execs.Add(-1)
+	defer m.opts.Metrics.Since("exec", time.Now())
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -65,6 +69,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit fun
 	if err := emit(ExecEvent{Type: EventStart, ExecID: execID}); err != nil {
 		return err
 	}
+	defer m.execDeadline(b, c, execID, req.TimeoutS)()
 	if req.Stdin != nil {
 		if err := c.WriteStdin(ctx, execID, req.Stdin, true); err != nil {
 			return m.streamErr(b, err)

@@ -32,7 +32,7 @@ func (m *Manager) withAgent(ctx context.Context, id string, paths []string, fn f
 			return err
 		}
 	}
-	b, err := m.live(ctx, id)
+	b, err := m.running(ctx, id)
 	if err != nil {
 		return err
 	}

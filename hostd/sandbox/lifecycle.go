@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // Fork snapshots sandbox id and starts count copy-on-write copies of it.
@@ -19,6 +21,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 	if count < 1 || count > 64 {
 		return nil, fmt.Errorf("%w: count must be 1..64, got %d", ErrInvalid, count)
 	}
+	defer m.opts.Metrics.Since("fork", time.Now())
 	parent, err := m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, m.notFound(err, id)
@@ -39,7 +42,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS})
+			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Limits: m.limitsOf(ctx, id)})
 		}()
 	}
 	wg.Wait()
@@ -82,6 +85,8 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	if err := b.vm.Stop(context.WithoutCancel(ctx)); err != nil {
 		m.log.Error("stop paused vm", "sandbox_id", id, "err", err)
 	}
+	m.settle(b)
+	m.removeCgroup(b)
 	if err := m.opts.Store.SetSandboxState(ctx, id, string(StatePaused), "", 0); err != nil {
 		return Info{}, err
 	}
@@ -131,12 +136,19 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	b := &box{id: id, dir: rec.Dir, gone: make(chan struct{}), overlay: v.Overlay, snapshotID: v.SnapshotID, cwd: v.Cwd}
 	b.disks = countOverlays(rec.Dir)
-	vm, err := m.opts.Driver.Restore(ctx, m.vmConfig(rec, v.Overlay), v.PauseDir)
+	b.limits = m.limitsOf(ctx, id)
+	defer m.opts.Metrics.Since("resume", time.Now())
+	cfg, err := m.placeVM(m.vmConfig(rec, v.Overlay), b)
+	var vm vmm.VM
+	if err == nil {
+		vm, err = m.opts.Driver.Restore(ctx, cfg, v.PauseDir)
+	}
 	if err == nil {
 		b.vm = vm
 		err = m.wake(ctx, b, false)
 	}
 	if err != nil {
+		m.removeCgroup(b)
 		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StatePaused), "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}

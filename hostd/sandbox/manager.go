@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/disk"
 	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/hostd/cgroup"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
@@ -28,6 +29,7 @@ type Store interface {
 	SetSandboxState(ctx context.Context, id, state, errMsg string, vmPID int) error
 	DeleteSandbox(ctx context.Context, id string) error
 	snapshotStore
+	limitStore
 }
 
 var _ Store = (*store.Store)(nil)
@@ -46,6 +48,15 @@ type Options struct {
 	// BootTimeout bounds a boot to agent-ready.
 	BootTimeout time.Duration
 	Logger      *slog.Logger
+	// Limits are the defaults and maximums of sandboxes' limits.
+	Limits LimitOptions
+	// Cgroups, if set, gives each VMM process its own cgroup.
+	Cgroups Cgroups
+	// IdleCPU is the CPU use under which a sandbox is idle (default
+	// DefaultIdleCPU).
+	IdleCPU float64
+	// Metrics, if set, observes latencies.
+	Metrics Observer
 }
 
 // Validate checks the options.
@@ -77,6 +88,10 @@ type Manager struct {
 	boxes   map[string]*box
 	pools   map[string]*pool
 	closing atomic.Bool
+	meters  map[string]*meter
+	ttls    map[string]*ttl
+	// resumeMu serializes auto-resumes.
+	resumeMu sync.Mutex
 }
 
 // box is a live sandbox: its VM and agent connection.
@@ -101,6 +116,13 @@ type box struct {
 
 	mu    sync.Mutex
 	agent *agentclient.Client
+
+	limits Limits
+	cgroup *cgroup.Group
+	// last is the time of the last API activity (unix ns); execs counts
+	// the execs running.
+	last  atomic.Int64
+	execs atomic.Int32
 }
 
 func (b *box) end(why error) {
@@ -129,6 +151,12 @@ func New(opts Options) (*Manager, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.IdleCPU == 0 {
+		opts.IdleCPU = DefaultIdleCPU
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = nopObserver{}
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -160,12 +188,17 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 	case opts.TimeoutS < 0:
 		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
 	}
-	return opts, nil
+	var err error
+	if opts.Limits, err = m.resolveLimits(opts.Limits); err != nil {
+		return opts, err
+	}
+	return opts, checkHostMemory(opts.Limits, opts.MemoryMiB)
 }
 
 // Create starts a new sandbox (booting the base image, or restoring a
 // snapshot or template) and returns once its agent answers.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) {
+	defer m.opts.Metrics.Since("create", time.Now())
 	src, err := m.source(ctx, &opts)
 	if err != nil {
 		return Info{}, err
@@ -173,7 +206,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
-	if opts.Template != "" {
+	if opts.Template != "" && m.defaultLimits(opts.Limits) {
 		if b, rec, ok := m.claim(ctx, opts); ok {
 			return m.adopt(ctx, b, rec)
 		}
@@ -185,6 +218,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
 		return Info{}, err
 	}
+	if err := m.opts.Store.PutSandboxLimits(ctx, id, opts.Limits); err != nil {
+		return Info{}, err
+	}
 	var b *box
 	if src != nil {
 		b, err = m.restore(ctx, rec, *src, true)
@@ -194,6 +230,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if err != nil {
 		m.log.Error("create failed", "sandbox_id", id, "err", err)
 		m.removeDir(rec.Dir, m.log)
+		if b != nil {
+			m.removeCgroup(b)
+		}
 		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateFailed), err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
 	}
@@ -207,6 +246,9 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	if err == nil {
 		err = m.opts.Store.SetSandboxState(ctx, b.id, rec.State, "", rec.VMPID)
 	}
+	if err == nil && State(rec.State) != StatePaused {
+		err = m.applyGuestLimits(ctx, b)
+	}
 	if err != nil {
 		m.teardown(b, err)
 		return Info{}, err
@@ -214,12 +256,12 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	m.mu.Lock()
 	m.boxes[b.id] = b
 	m.mu.Unlock()
-	if rec.TimeoutS > 0 {
-		b.ttl = time.AfterFunc(time.Duration(rec.TimeoutS)*time.Second, func() { m.expire(b.id) })
-	}
+	m.armTTL(b.id, time.Duration(rec.TimeoutS)*time.Second)
+	b.touch()
 	go m.watch(b)
+	go m.watchIdle(b)
 	m.log.Info("sandbox running", "sandbox_id", b.id, "vm_pid", rec.VMPID, "snapshot_id", b.snapshotID)
-	info := infoOf(rec)
+	info := m.withLimits(ctx, infoOf(rec))
 	info.SnapshotID = b.snapshotID
 	return info, nil
 }
@@ -230,17 +272,23 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 		return nil, err
 	}
 	b := &box{id: rec.ID, dir: rec.Dir, gone: make(chan struct{})}
+	b.limits = m.limitsOf(ctx, rec.ID)
 	b.overlay = b.nextOverlay()
 	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, b.overlay, 0); err != nil {
 		return nil, err
 	}
-	cfg := m.vmConfig(rec, b.overlay)
+	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
+	if err != nil {
+		return nil, err
+	}
 	vm, err := m.opts.Driver.Start(ctx, cfg)
 	if err != nil {
+		m.removeCgroup(b)
 		return nil, err
 	}
 	b.vm = vm
 	if err := m.connect(ctx, b); err != nil {
+		m.removeCgroup(b)
 		return nil, err
 	}
 	return b, nil
@@ -283,7 +331,7 @@ func (m *Manager) agent(ctx context.Context, b *box) (*agentclient.Client, error
 	if err != nil {
 		return nil, err
 	}
-	c := agentclient.New(conn)
+	c := agentclient.New(countingConn{Conn: conn, mt: m.meterOf(b.id)})
 	if _, err := c.Health(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -346,19 +394,14 @@ func (m *Manager) teardown(b *box, why error) {
 	if err := b.vm.Stop(ctx); err != nil {
 		log.Error("stop vm", "err", err)
 	}
+	m.settle(b)
+	m.removeCgroup(b)
 	m.removeDir(b.dir, log)
 }
 
 func (m *Manager) removeDir(dir string, log *slog.Logger) {
 	if err := os.RemoveAll(dir); err != nil {
 		log.Error("remove sandbox dir", "dir", dir, "err", err)
-	}
-}
-
-func (m *Manager) expire(id string) {
-	m.log.Info("sandbox timeout reached", "sandbox_id", id)
-	if err := m.Delete(context.Background(), id); err != nil && !errors.Is(err, ErrNotFound) {
-		m.log.Error("delete expired sandbox", "sandbox_id", id, "err", err)
 	}
 }
 
@@ -385,7 +428,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		m.removeDir(rec.Dir, m.log.With("sandbox_id", id))
 	}
 	ctx = context.WithoutCancel(ctx)
-	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
+	m.disarmTTL(id)
+	m.dropMeter(id)
+	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandboxLimits(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
 		return err
 	}
 	m.collect(ctx)
@@ -402,7 +447,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	return infoOf(rec), nil
+	return m.withLimits(ctx, infoOf(rec)), nil
 }
 
 // List describes every sandbox.
@@ -413,7 +458,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	}
 	out := make([]Info, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, infoOf(r))
+		out = append(out, m.withLimits(ctx, infoOf(r)))
 	}
 	return out, nil
 }

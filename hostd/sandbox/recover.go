@@ -30,6 +30,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 	}
+	m.ReapOnce(ctx) // cgroups left by a previous hostd of this instance
 	if err := m.sweepSnapshots(ctx); err != nil {
 		return err
 	}

@@ -258,12 +258,19 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 		return nil, err
 	}
 	b := &box{id: rec.ID, dir: rec.Dir, gone: make(chan struct{}), snapshotID: sn.ID, cwd: sn.Cwd}
+	b.limits = m.limitsOf(ctx, rec.ID)
 	b.overlay = b.nextOverlay()
 	if err := disk.CreateOverlay(ctx, filepath.Join(sn.Dir, layerFile), b.overlay, 0); err != nil {
 		return nil, err
 	}
-	vm, err := m.opts.Driver.Restore(ctx, m.vmConfig(rec, b.overlay), sn.Dir)
+	defer m.opts.Metrics.Since("restore", time.Now())
+	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
 	if err != nil {
+		return nil, err
+	}
+	vm, err := m.opts.Driver.Restore(ctx, cfg, sn.Dir)
+	if err != nil {
+		m.removeCgroup(b)
 		return nil, err
 	}
 	b.vm = vm

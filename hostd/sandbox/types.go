@@ -61,6 +61,8 @@ type CreateOptions struct {
 	// (its vcpus and memory win) instead of booting the base image.
 	Snapshot string
 	Template string
+	// Limits are the sandbox's resource limits and lifecycle options.
+	Limits Limits
 }
 
 // Info describes a sandbox.
@@ -80,6 +82,10 @@ type Info struct {
 	// SnapshotID is the snapshot the sandbox's disk overlays ("" for the
 	// base image).
 	SnapshotID string
+	// Limits are the sandbox's resource limits; Deadline is when its
+	// timeout ends (zero without one).
+	Limits   Limits
+	Deadline time.Time
 }
 
 // SnapshotOptions are the choices of a snapshot capture.
@@ -128,6 +134,9 @@ type ExecRequest struct {
 	Cwd string
 	// Stdin, if set, is fed to the command and then closed.
 	Stdin []byte
+	// TimeoutS kills the command after that many seconds (0 = the
+	// sandbox's exec_timeout_s).
+	TimeoutS int
 }
 
 // EventType names an exec output event.

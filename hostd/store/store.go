@@ -110,6 +110,11 @@ var migrations = []string{
 		pool_size   INTEGER NOT NULL DEFAULT 0,
 		created_at  INTEGER NOT NULL
 	);`,
+	// Resource limits and lifecycle options (see limits.go).
+	`CREATE TABLE sandbox_limits (
+		id     TEXT PRIMARY KEY,
+		limits TEXT NOT NULL DEFAULT '{}'
+	);`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

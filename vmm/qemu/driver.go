@@ -152,6 +152,9 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		if disk.ReadOnly {
 			drive += ",readonly=on"
 		}
+		if disk.BpsTotal > 0 {
+			drive += ",throttling.bps-total=" + strconv.FormatInt(disk.BpsTotal, 10)
+		}
 		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-device,drive=disk%d", i))
 	}
 	return a
@@ -181,6 +184,11 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o la
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
 	vm := newVM(cmd, cfg, d.log)
+	if cfg.Started != nil {
+		if err := cfg.Started(vm.PID()); err != nil {
+			return nil, errors.Join(err, vm.Stop(context.WithoutCancel(ctx)))
+		}
+	}
 	if o.mem != nil {
 		if vm.mem, err = dupFile(o.mem); err != nil {
 			return nil, errors.Join(err, vm.Stop(context.WithoutCancel(ctx)))

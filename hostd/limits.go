@@ -1,0 +1,42 @@
+package hostd
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/hostd/sandbox"
+)
+
+// instanceName is cfg.Instance, or one derived from the data directory.
+func instanceName(cfg Config) string {
+	if cfg.Instance != "" {
+		return cfg.Instance
+	}
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		abs = cfg.DataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "i-" + hex.EncodeToString(sum[:6])
+}
+
+// openCgroups returns the VMM cgroup manager, or nil (logged) where the
+// host has no usable cgroups: sandboxes then run without CPU quota and
+// host memory caps, and requests for them are refused.
+func openCgroups(cfg Config, log *slog.Logger) (sandbox.Cgroups, error) {
+	cg, err := cgroup.New(instanceName(cfg))
+	if errors.Is(err, cgroup.ErrUnavailable) {
+		log.Warn("no cgroups: VMM processes run without CPU and memory caps", "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hostd: %w", err)
+	}
+	log.Info("vmm cgroups", "version", cg.Version(), "parent", cg.Parent())
+	return cg, nil
+}

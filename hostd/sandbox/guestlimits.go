@@ -1,0 +1,63 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/agentbox/agentbox/hostd/agentclient"
+)
+
+// guestLimitsScript sets the limits that the guest enforces itself:
+//
+//   - PIDS: the pids.max of the guest cgroup agentbox-exec, in which the
+//     agent starts every user command (guestinit/agent/limits.go), so a
+//     fork bomb stops there and the agent (PID 1, outside it) stays up.
+//   - DISK: the root filesystem keeps only DISK bytes fillable; the rest
+//     is taken by a preallocated file (fallocate writes no data blocks, so
+//     the host's overlay does not grow). Writes beyond the limit fail with
+//     ENOSPC in the guest. The host-side bound is the overlay's virtual
+//     size (the base image's), whatever the guest does to the reserve.
+const guestLimitsScript = `set -e
+cg=/sys/fs/cgroup/agentbox-exec
+if [ "$PIDS" -gt 0 ]; then
+  grep -qw pids /sys/fs/cgroup/cgroup.subtree_control || echo +pids > /sys/fs/cgroup/cgroup.subtree_control
+  mkdir -p $cg
+  echo "$PIDS" > $cg/pids.max
+fi
+r=/.agentbox-disk-reserve
+rm -f $r
+if [ "$DISK" -gt 0 ]; then
+  set -- $(stat -f -c '%b %S' /)
+  reserve=$(( $1 * $2 - DISK ))
+  if [ "$reserve" -gt 0 ]; then fallocate -l "$reserve" $r; fi
+fi
+`
+
+// applyGuestLimits runs the guest side of b's limits (at create; the guest
+// keeps them across pause, snapshot and fork).
+func (m *Manager) applyGuestLimits(ctx context.Context, b *box) error {
+	l := b.limits
+	if l.MaxPids == 0 && l.DiskMiB == 0 {
+		return nil
+	}
+	c, err := m.agent(ctx, b)
+	if err != nil {
+		return err
+	}
+	env := map[string]string{"PIDS": strconv.Itoa(l.MaxPids), "DISK": strconv.FormatInt(int64(l.DiskMiB)<<20, 10)}
+	id, err := c.Start(ctx, agentclient.Command{Argv: []string{"/bin/sh", "-c", guestLimitsScript}, Env: env})
+	if err != nil {
+		return fmt.Errorf("sandbox: guest limits: %w", err)
+	}
+	var out bytes.Buffer
+	exit, err := c.Follow(ctx, id, 0, func(o agentclient.Output) error { out.Write(o.Data); return nil })
+	if err != nil {
+		return fmt.Errorf("sandbox: guest limits: %w", err)
+	}
+	if exit.Code != 0 {
+		return fmt.Errorf("sandbox: guest limits exited %d: %s", exit.Code, out.String())
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultIdleCPU is the guest CPU use (in CPUs, measured on the VMM's
+// cgroup) under which a sandbox counts as idle.
+const DefaultIdleCPU = 0.15
+
+// touch records API activity on b.
+func (b *box) touch() { b.last.Store(time.Now().UnixNano()) }
+
+// watchIdle pauses b once it has been idle for its idle timeout: no API
+// call, no exec running, and its VMM's CPU use under the threshold.
+func (m *Manager) watchIdle(b *box) {
+	idle := time.Duration(b.limits.IdleTimeoutS) * time.Second
+	if idle <= 0 {
+		return
+	}
+	tick := min(max(idle/4, 200*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastCPU, lastAt := m.cpuOf(b), time.Now()
+	for {
+		select {
+		case <-b.gone:
+			return
+		case <-t.C:
+		}
+		cpu, now := m.cpuOf(b), time.Now()
+		rate := (cpu - lastCPU) / now.Sub(lastAt).Seconds()
+		lastCPU, lastAt = cpu, now
+		if b.execs.Load() > 0 || rate >= m.opts.IdleCPU {
+			b.touch()
+			continue
+		}
+		if now.Sub(time.Unix(0, b.last.Load())) < idle {
+			continue
+		}
+		m.log.Info("sandbox idle; pausing", "sandbox_id", b.id, "idle_timeout_s", b.limits.IdleTimeoutS, "cpu", rate)
+		if _, err := m.Pause(context.Background(), b.id); err != nil && !errors.Is(err, ErrNotRunning) {
+			m.log.Error("idle pause", "sandbox_id", b.id, "err", err)
+			b.touch()
+			continue
+		}
+		return
+	}
+}
+
+func (m *Manager) cpuOf(b *box) float64 {
+	if b.cgroup == nil {
+		return 0
+	}
+	st, err := b.cgroup.Stats()
+	if err != nil {
+		return 0
+	}
+	return st.CPUSeconds
+}
+
+// running returns sandbox id's live box, resuming it first if it is paused
+// (auto-resume: the next exec or file call brings a paused sandbox back).
+func (m *Manager) running(ctx context.Context, id string) (*box, error) {
+	b, err := m.live(ctx, id)
+	if err == nil || !errors.Is(err, ErrNotRunning) {
+		if b != nil {
+			b.touch()
+		}
+		return b, err
+	}
+	m.resumeMu.Lock()
+	defer m.resumeMu.Unlock()
+	if b, err := m.live(ctx, id); err == nil {
+		b.touch()
+		return b, nil
+	}
+	rec, gerr := m.opts.Store.GetSandbox(ctx, id)
+	if gerr != nil || State(rec.State) != StatePaused {
+		return nil, err
+	}
+	m.log.Info("auto-resuming paused sandbox", "sandbox_id", id)
+	if _, err := m.Resume(ctx, id); err != nil {
+		return nil, fmt.Errorf("sandbox: auto-resume: %w", err)
+	}
+	b, err = m.live(ctx, id)
+	if b != nil {
+		b.touch()
+	}
+	return b, err
+}

@@ -1,0 +1,214 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Limits are a sandbox's resource limits and lifecycle options (R11, R12),
+// fixed at create time. Zero values take hostd's defaults.
+type Limits struct {
+	// CPUQuota is the host CPU time the VMM process may use, in CPUs
+	// (0.5 = half a CPU), enforced by its cgroup (cpu.max).
+	CPUQuota float64 `json:"cpu_quota,omitempty"`
+	// HostMemoryMiB caps the VMM process's host memory (memory.max). It
+	// must leave room for the guest's memory and QEMU's own.
+	HostMemoryMiB int `json:"host_memory_mib,omitempty"`
+	// DiskMiB is the size of the guest's root filesystem as the guest can
+	// fill it (at most the base image's size): beyond it writes fail with
+	// ENOSPC in the guest.
+	DiskMiB int `json:"disk_mib,omitempty"`
+	// DiskBps caps disk bandwidth, reads and writes together, in bytes per
+	// second (QEMU throttling).
+	DiskBps int64 `json:"disk_bps,omitempty"`
+	// MaxPids caps the processes that user commands may run at once.
+	MaxPids int `json:"max_pids,omitempty"`
+	// ExecTimeoutS is the default wall-clock timeout of each exec.
+	ExecTimeoutS int `json:"exec_timeout_s,omitempty"`
+	// IdleTimeoutS pauses the sandbox after that long without API calls,
+	// running execs or guest CPU use.
+	IdleTimeoutS int `json:"idle_timeout_s,omitempty"`
+	// OnTimeout is what the end of timeout_s does: "delete" (default) or
+	// "pause".
+	OnTimeout string `json:"on_timeout,omitempty"`
+}
+
+// On-timeout actions.
+const (
+	OnTimeoutDelete = "delete"
+	OnTimeoutPause  = "pause"
+)
+
+// LimitOptions are hostd's defaults and maximums for Limits, and for the
+// sizes in CreateOptions.
+type LimitOptions struct {
+	// Default fills the zero fields of a request's Limits.
+	Default Limits
+	// Max bounds each field of a request (0 = unbounded; DiskMiB is always
+	// bounded by the base image).
+	Max Limits
+}
+
+// limitStore persists limits (hostd/store implements it).
+type limitStore interface {
+	PutSandboxLimits(ctx context.Context, id string, limits any) error
+	GetSandboxLimits(ctx context.Context, id string, v any) error
+	DeleteSandboxLimits(ctx context.Context, id string) error
+}
+
+var _ limitStore = (*store.Store)(nil)
+
+// Cgroups creates the VMM processes' cgroups (*cgroup.Manager implements it).
+type Cgroups interface {
+	Create(id string, l cgroup.Limits) (*cgroup.Group, error)
+	Remove(id string) error
+	List() ([]string, error)
+}
+
+var _ Cgroups = (*cgroup.Manager)(nil)
+
+// resolveLimits fills l from the defaults and checks it against the
+// maximums; an error names the maximum exceeded.
+func (m *Manager) resolveLimits(l Limits) (Limits, error) {
+	d, mx := m.opts.Limits.Default, m.opts.Limits.Max
+	fillF(&l.CPUQuota, d.CPUQuota)
+	fill(&l.HostMemoryMiB, d.HostMemoryMiB)
+	fill(&l.DiskMiB, d.DiskMiB)
+	fill64(&l.DiskBps, d.DiskBps)
+	fill(&l.MaxPids, d.MaxPids)
+	fill(&l.ExecTimeoutS, d.ExecTimeoutS)
+	fill(&l.IdleTimeoutS, d.IdleTimeoutS)
+	if l.OnTimeout == "" {
+		l.OnTimeout = d.OnTimeout
+	}
+	if l.OnTimeout == "" {
+		l.OnTimeout = OnTimeoutDelete
+	}
+	if l.OnTimeout != OnTimeoutDelete && l.OnTimeout != OnTimeoutPause {
+		return l, fmt.Errorf("%w: on_timeout must be delete or pause, got %q", ErrInvalid, l.OnTimeout)
+	}
+	if l.CPUQuota < 0 || l.HostMemoryMiB < 0 || l.DiskMiB < 0 || l.DiskBps < 0 || l.MaxPids < 0 || l.ExecTimeoutS < 0 || l.IdleTimeoutS < 0 {
+		return l, fmt.Errorf("%w: limits must not be negative", ErrInvalid)
+	}
+	checks := []struct {
+		name     string
+		got, max float64
+	}{
+		{"cpu_quota", l.CPUQuota, mx.CPUQuota},
+		{"host_memory_mib", float64(l.HostMemoryMiB), float64(mx.HostMemoryMiB)},
+		{"disk_mib", float64(l.DiskMiB), float64(mx.DiskMiB)},
+		{"disk_bps", float64(l.DiskBps), float64(mx.DiskBps)},
+		{"max_pids", float64(l.MaxPids), float64(mx.MaxPids)},
+		{"exec_timeout_s", float64(l.ExecTimeoutS), float64(mx.ExecTimeoutS)},
+		{"idle_timeout_s", float64(l.IdleTimeoutS), float64(mx.IdleTimeoutS)},
+	}
+	for _, c := range checks {
+		if c.max > 0 && c.got > c.max {
+			return l, fmt.Errorf("%w: %s %v is over the maximum of %v", ErrInvalid, c.name, c.got, c.max)
+		}
+	}
+	if m.opts.Cgroups == nil && (l.CPUQuota > 0 || l.HostMemoryMiB > 0) {
+		return l, fmt.Errorf("%w: cpu_quota and host_memory_mib need cgroups, which this host does not offer", ErrInvalid)
+	}
+	if l.CPUQuota > 0 && l.CPUQuota < 0.01 {
+		return l, fmt.Errorf("%w: cpu_quota must be at least 0.01", ErrInvalid)
+	}
+	if l.MaxPids > 0 && l.MaxPids < 8 {
+		return l, fmt.Errorf("%w: max_pids must be at least 8", ErrInvalid)
+	}
+	return l, nil
+}
+
+func fill(v *int, d int) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+func fill64(v *int64, d int64) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+func fillF(v *float64, d float64) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+// checkHostMemory refuses a host memory cap that cannot hold the guest.
+func checkHostMemory(l Limits, memoryMiB int) error {
+	if l.HostMemoryMiB > 0 && l.HostMemoryMiB < memoryMiB+64 {
+		return fmt.Errorf("%w: host_memory_mib %d must be at least memory_mib + 64 (%d)", ErrInvalid, l.HostMemoryMiB, memoryMiB+64)
+	}
+	return nil
+}
+
+// limitsOf loads a sandbox's limits; a sandbox without a row (a warm pool
+// entry) gets the defaults.
+func (m *Manager) limitsOf(ctx context.Context, id string) Limits {
+	var l Limits
+	err := m.opts.Store.GetSandboxLimits(ctx, id, &l)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			m.log.Error("load limits", "sandbox_id", id, "err", err)
+		}
+		l, _ = m.resolveLimits(Limits{})
+	}
+	return l
+}
+
+// defaultLimits reports whether l is what an empty request resolves to.
+func (m *Manager) defaultLimits(l Limits) bool {
+	d, _ := m.resolveLimits(Limits{})
+	return l == d
+}
+
+// placeVM fills cfg's per-sandbox limits: the disk throttle, and the hook
+// that moves the VMM process into its cgroup as soon as it exists.
+func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
+	for i := range cfg.Disks {
+		cfg.Disks[i].BpsTotal = b.limits.DiskBps
+	}
+	if m.opts.Cgroups == nil {
+		return cfg, nil
+	}
+	g, err := m.opts.Cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
+	if err != nil {
+		return cfg, err
+	}
+	b.cgroup = g
+	cfg.Started = g.Add
+	return cfg, nil
+}
+
+// removeCgroup deletes b's cgroup once its VMM process has exited.
+func (m *Manager) removeCgroup(b *box) {
+	if b.cgroup == nil {
+		return
+	}
+	if err := b.cgroup.Delete(); err != nil {
+		m.log.Error("remove cgroup", "sandbox_id", b.id, "err", err)
+	}
+	b.cgroup = nil
+}
+
+// diskUsed is the host disk space that sandbox dir's overlays take.
+func diskUsed(dir string) int64 {
+	ms, _ := filepath.Glob(filepath.Join(dir, "disk-*.qcow2"))
+	var n int64
+	for _, p := range ms {
+		if fi, err := os.Stat(p); err == nil {
+			n += allocated(fi)
+		}
+	}
+	return n
+}
