@@ -109,6 +109,9 @@ func (m *Manager) resolveLimits(l Limits) (Limits, error) {
 		{"exec_timeout_s", float64(l.ExecTimeoutS), float64(mx.ExecTimeoutS)},
 		{"idle_timeout_s", float64(l.IdleTimeoutS), float64(mx.IdleTimeoutS)},
 	}
+	if m.baseMiB > 0 && (mx.DiskMiB == 0 || mx.DiskMiB > m.baseMiB) {
+		checks[2].max = float64(m.baseMiB)
+	}
 	for _, c := range checks {
 		if c.max > 0 && c.got > c.max {
 			return l, fmt.Errorf("%w: %s %v is over the maximum of %v", ErrInvalid, c.name, c.got, c.max)

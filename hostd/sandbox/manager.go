@@ -92,6 +92,8 @@ type Manager struct {
 	ttls    map[string]*ttl
 	// resumeMu serializes auto-resumes.
 	resumeMu sync.Mutex
+	// baseMiB is the base image's virtual size, the most disk_mib can be.
+	baseMiB int
 }
 
 // box is a live sandbox: its VM and agent connection.
@@ -164,7 +166,11 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
 		return nil, err
 	}
-	return &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{}}, nil
+	m := &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{}}
+	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
+		m.baseMiB = int(info.VirtualSize >> 20)
+	}
+	return m, nil
 }
 
 func newSandboxID() string {
