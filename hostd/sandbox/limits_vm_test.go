@@ -32,6 +32,8 @@ type limitEnv struct {
 	m   *sandbox.Manager
 	cg  *cgroup.Manager
 	met *metrics.Metrics
+	// data is the manager's data directory.
+	data string
 }
 
 func newLimitEnv(t *testing.T) *limitEnv {
@@ -90,7 +92,7 @@ func newLimitEnv(t *testing.T) *limitEnv {
 		}
 		logf.Close()
 	})
-	return &limitEnv{m: m, cg: cg, met: met}
+	return &limitEnv{m: m, cg: cg, met: met, data: data}
 }
 
 // run execs script and returns its output and exit code.
@@ -235,6 +237,18 @@ func TestLifecycleIdleTTL(t *testing.T) {
 		}
 	})
 	t.Run("on_timeout pause pauses at the (extended) timeout", func(t *testing.T) {
+		// A running exec keeps the sandbox from counting as idle, so only
+		// the timeout can pause it.
+		started := make(chan struct{})
+		go func() {
+			_ = m.Exec(context.Background(), sb.ID, sandbox.ExecRequest{Cmd: []string{"sleep", "60"}}, func(e sandbox.ExecEvent) error {
+				if e.Type == sandbox.EventStart {
+					close(started)
+				}
+				return nil
+			})
+		}()
+		<-started
 		info, err := m.ExtendTimeout(ctx, sb.ID, 1)
 		if err != nil || info.Deadline.IsZero() {
 			t.Fatalf("got %v, %v, want a deadline", info.Deadline, err)
@@ -242,14 +256,7 @@ func TestLifecycleIdleTTL(t *testing.T) {
 		waitState(t, m, sb.ID, sandbox.StatePaused)
 	})
 	t.Run("a timeout deletes, leaving nothing behind", func(t *testing.T) {
-		if _, err := m.Resume(ctx, sb.ID); err != nil {
-			t.Fatal(err)
-		}
-		snap, err := m.Snapshot(ctx, sb.ID, sandbox.SnapshotOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eph, err := m.Create(ctx, sandbox.CreateOptions{Snapshot: snap.ID, TimeoutS: 2})
+		eph, err := m.Create(ctx, sandbox.CreateOptions{TimeoutS: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,6 +276,9 @@ func TestLifecycleIdleTTL(t *testing.T) {
 			if id == eph.ID {
 				t.Fatalf("cgroup of deleted %s left behind", eph.ID)
 			}
+		}
+		if _, err := os.Stat(filepath.Join(env.data, "sandboxes", eph.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("got %v for the deleted sandbox's dir, want it gone", err)
 		}
 	})
 }

@@ -480,6 +480,7 @@ func (m *Manager) live(ctx context.Context, id string) (*box, error) {
 	b := m.boxes[id]
 	m.mu.Unlock()
 	if b != nil {
+		b.touch()
 		return b, nil
 	}
 	rec, err := m.Get(ctx, id)
