@@ -44,6 +44,10 @@ type Config struct {
 	// Limits are the defaults and maximums of sandboxes' resource limits
 	// (see limits.go for the built-in ones).
 	Limits sandbox.LimitOptions
+	// KeyMaximums are per-API-key maximums, by key name (the name stored
+	// with the key: "api-key" for DATA_DIR/api-key, "env" for
+	// AGENTBOX_API_KEY).
+	KeyMaximums map[string]sandbox.Maximums
 	// Instance names this hostd's cgroups (/agentbox/<instance>/...);
 	// empty derives it from DataDir, so hostds with their own data
 	// directories never share groups.

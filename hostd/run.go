@@ -56,7 +56,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		Driver: drv, Store: st, DataDir: cfg.DataDir,
 		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
-		Limits: cfg.Limits, Metrics: met,
+		Limits: cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met,
 	}
 	if opts.Cgroups, err = openCgroups(cfg, log); err != nil {
 		return err

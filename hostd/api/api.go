@@ -115,6 +115,7 @@ type router struct {
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
+	r = withKeyHolder(r)
 	// Deferred, so that a response aborted with http.ErrAbortHandler is
 	// logged too.
 	defer rt.logRequest(r, rec, start)
@@ -143,7 +144,7 @@ func (rt *router) logRequest(r *http.Request, rec *statusRecorder, start time.Ti
 func (rt *router) serve(w http.ResponseWriter, r *http.Request) {
 	h, pattern := rt.mux.Handler(r)
 	if !publicRoutes[pattern] {
-		if err := rt.authenticate(r); err != nil {
+		if err := rt.identify(r); err != nil {
 			rt.s.writeError(w, r, err)
 			return
 		}

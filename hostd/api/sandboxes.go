@@ -44,6 +44,7 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		Snapshot:  req.Snapshot,
 		Template:  req.Template,
 		Limits:    limitsOf(req),
+		Caller:    KeyName(r.Context()),
 	})
 	if err != nil {
 		s.writeError(w, r, err)

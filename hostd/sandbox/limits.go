@@ -74,10 +74,72 @@ type Cgroups interface {
 
 var _ Cgroups = (*cgroup.Manager)(nil)
 
-// resolveLimits fills l from the defaults and checks it against the
-// maximums; an error names the maximum exceeded.
+// Maximums bound what one API key may ask for. Zero fields leave hostd's
+// global maximums in force; a key's maximum never raises them.
+type Maximums struct {
+	VCPUs     int    `json:"vcpus,omitempty"`
+	MemoryMiB int    `json:"memory_mib,omitempty"`
+	Limits    Limits `json:"limits"`
+}
+
+// resolveLimits fills l from the defaults and checks it against the global
+// maximums.
 func (m *Manager) resolveLimits(l Limits) (Limits, error) {
-	d, mx := m.opts.Limits.Default, m.opts.Limits.Max
+	return m.resolveLimitsMax(l, m.opts.Limits.Max, "")
+}
+
+// keyMax is caller's maximums, and the words that name them in errors.
+func (m *Manager) keyMax(caller string) (Maximums, string, bool) {
+	km, ok := m.opts.KeyMax[caller]
+	if !ok || caller == "" {
+		return Maximums{}, "", false
+	}
+	return km, fmt.Sprintf(" for API key %q", caller), true
+}
+
+// checkSizes checks vcpus and memory against caller's maximums.
+func (m *Manager) checkSizes(opts CreateOptions) error {
+	km, who, ok := m.keyMax(opts.Caller)
+	if !ok {
+		return nil
+	}
+	if km.VCPUs > 0 && opts.VCPUs > km.VCPUs {
+		return fmt.Errorf("%w: vcpus %d is over the maximum of %d%s", ErrInvalid, opts.VCPUs, km.VCPUs, who)
+	}
+	if km.MemoryMiB > 0 && opts.MemoryMiB > km.MemoryMiB {
+		return fmt.Errorf("%w: memory_mib %d is over the maximum of %d%s", ErrInvalid, opts.MemoryMiB, km.MemoryMiB, who)
+	}
+	return nil
+}
+
+// resolveLimitsFor resolves l against the global maximums and caller's.
+func (m *Manager) resolveLimitsFor(l Limits, caller string) (Limits, error) {
+	km, who, ok := m.keyMax(caller)
+	if !ok {
+		return m.resolveLimits(l)
+	}
+	mx := m.opts.Limits.Max
+	lower := func(g, k float64) float64 {
+		if k > 0 && (g == 0 || k < g) {
+			return k
+		}
+		return g
+	}
+	k := km.Limits
+	mx.CPUQuota = lower(mx.CPUQuota, k.CPUQuota)
+	mx.HostMemoryMiB = int(lower(float64(mx.HostMemoryMiB), float64(k.HostMemoryMiB)))
+	mx.DiskMiB = int(lower(float64(mx.DiskMiB), float64(k.DiskMiB)))
+	mx.DiskBps = int64(lower(float64(mx.DiskBps), float64(k.DiskBps)))
+	mx.MaxPids = int(lower(float64(mx.MaxPids), float64(k.MaxPids)))
+	mx.ExecTimeoutS = int(lower(float64(mx.ExecTimeoutS), float64(k.ExecTimeoutS)))
+	mx.IdleTimeoutS = int(lower(float64(mx.IdleTimeoutS), float64(k.IdleTimeoutS)))
+	return m.resolveLimitsMax(l, mx, who)
+}
+
+// resolveLimitsMax fills l from the defaults and checks it against mx; an
+// error names the maximum exceeded (and whose it is, in who).
+func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, error) {
+	d := m.opts.Limits.Default
 	fillF(&l.CPUQuota, d.CPUQuota)
 	fill(&l.HostMemoryMiB, d.HostMemoryMiB)
 	fill(&l.DiskMiB, d.DiskMiB)
@@ -114,7 +176,7 @@ func (m *Manager) resolveLimits(l Limits) (Limits, error) {
 	}
 	for _, c := range checks {
 		if c.max > 0 && c.got > c.max {
-			return l, fmt.Errorf("%w: %s %v is over the maximum of %v", ErrInvalid, c.name, c.got, c.max)
+			return l, fmt.Errorf("%w: %s %v is over the maximum of %v%s", ErrInvalid, c.name, c.got, c.max, who)
 		}
 	}
 	if m.opts.Cgroups == nil && (l.CPUQuota > 0 || l.HostMemoryMiB > 0) {

@@ -64,3 +64,38 @@ func TestCheckHostMemory(t *testing.T) {
 		t.Fatalf("got %v, want nil", err)
 	}
 }
+
+func TestKeyMaximums(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler), opts: Options{
+		Cgroups:      fakeCgroups{},
+		DefaultVCPUs: 1, DefaultMemoryMiB: 256, MaxVCPUs: 8, MaxMemoryMiB: 8192,
+		Limits: LimitOptions{Max: Limits{CPUQuota: 4}},
+		KeyMax: map[string]Maximums{"small": {VCPUs: 2, MemoryMiB: 1024, Limits: Limits{CPUQuota: 1}}},
+	}}
+	tests := []struct {
+		name    string
+		opts    CreateOptions
+		wantErr string
+	}{
+		{name: "within", opts: CreateOptions{Caller: "small", VCPUs: 2, MemoryMiB: 512, Limits: Limits{CPUQuota: 0.5}}},
+		{name: "vcpus", opts: CreateOptions{Caller: "small", VCPUs: 4}, wantErr: `vcpus 4 is over the maximum of 2 for API key "small"`},
+		{name: "memory", opts: CreateOptions{Caller: "small", MemoryMiB: 2048}, wantErr: `memory_mib 2048 is over the maximum of 1024 for API key "small"`},
+		{name: "quota", opts: CreateOptions{Caller: "small", Limits: Limits{CPUQuota: 2}}, wantErr: `cpu_quota 2 is over the maximum of 1 for API key "small"`},
+		{name: "other key keeps the global max", opts: CreateOptions{Caller: "big", VCPUs: 4, Limits: Limits{CPUQuota: 2}}},
+		{name: "global max", opts: CreateOptions{Caller: "big", Limits: Limits{CPUQuota: 5}}, wantErr: "cpu_quota 5 is over the maximum of 4"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := m.resolve(tc.opts)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v, want ErrInvalid containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

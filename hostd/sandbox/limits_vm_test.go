@@ -120,12 +120,22 @@ func TestLimitsInTheGuest(t *testing.T) {
 	m, ctx := env.m, context.Background()
 	const diskMiB = 768
 	sb, err := m.Create(ctx, sandbox.CreateOptions{MemoryMiB: 256, Limits: sandbox.Limits{
-		CPUQuota: 0.5, HostMemoryMiB: 640, DiskMiB: diskMiB, MaxPids: 64}})
+		CPUQuota: 0.5, HostMemoryMiB: 640, DiskMiB: diskMiB, MaxPids: 64, DiskBps: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Delete(context.Background(), sb.ID) })
 
+	t.Run("the VMM runs in its cgroup with a disk throttle", func(t *testing.T) {
+		pids, err := env.cg.Procs(sb.ID)
+		if err != nil || len(pids) != 1 || pids[0] != sb.VMPID {
+			t.Fatalf("got pids %v, %v in the cgroup, want [%d]", pids, err, sb.VMPID)
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", sb.VMPID))
+		if !strings.Contains(string(cmdline), "throttling.bps-total=1073741824") {
+			t.Fatalf("got qemu args %q, want a disk throttle", bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	})
 	t.Run("memory beyond the guest's fails inside it", func(t *testing.T) {
 		out, code := run(t, m, sb.ID, `python3 -c 'b = bytearray(1 << 30); print("allocated")'`, 0)
 		if code == 0 || strings.Contains(out, "allocated") {

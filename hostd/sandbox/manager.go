@@ -50,6 +50,8 @@ type Options struct {
 	Logger      *slog.Logger
 	// Limits are the defaults and maximums of sandboxes' limits.
 	Limits LimitOptions
+	// KeyMax are per-API-key maximums, by key name.
+	KeyMax map[string]Maximums
 	// Cgroups, if set, gives each VMM process its own cgroup.
 	Cgroups Cgroups
 	// IdleCPU is the CPU use under which a sandbox is idle (default
@@ -194,8 +196,11 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 	case opts.TimeoutS < 0:
 		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
 	}
+	if err := m.checkSizes(opts); err != nil {
+		return opts, err
+	}
 	var err error
-	if opts.Limits, err = m.resolveLimits(opts.Limits); err != nil {
+	if opts.Limits, err = m.resolveLimitsFor(opts.Limits, opts.Caller); err != nil {
 		return opts, err
 	}
 	return opts, checkHostMemory(opts.Limits, opts.MemoryMiB)

@@ -63,6 +63,8 @@ type CreateOptions struct {
 	Template string
 	// Limits are the sandbox's resource limits and lifecycle options.
 	Limits Limits
+	// Caller names the API key that asked, for its maximums ("" = none).
+	Caller string
 }
 
 // Info describes a sandbox.

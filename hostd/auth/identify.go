@@ -1,0 +1,40 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+)
+
+// KeyNamer names stored keys. *store.Store implements it.
+type KeyNamer interface {
+	// APIKeyName returns the name stored with hash, or an error when none
+	// is stored.
+	APIKeyName(ctx context.Context, hash string) (string, error)
+}
+
+// Identify is Authenticate that also returns the name of the request's key
+// (for per-key limits). It needs a KeyStore that is also a KeyNamer;
+// otherwise the name is "".
+func (a *Authenticator) Identify(r *http.Request) (string, error) {
+	kn, ok := a.keys.(KeyNamer)
+	if !ok {
+		return "", a.Authenticate(r)
+	}
+	key, err := bearer(r.Header.Get("Authorization"))
+	if err != nil {
+		return "", err
+	}
+	ok, err = a.keys.HasAPIKey(r.Context(), Hash(key))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("auth: %w", err)
+	case !ok:
+		return "", fmt.Errorf("%w: unknown key", ErrUnauthorized)
+	}
+	name, err := kn.APIKeyName(r.Context(), Hash(key))
+	if err != nil {
+		return "", fmt.Errorf("auth: %w", err)
+	}
+	return name, nil
+}

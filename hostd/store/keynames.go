@@ -1,0 +1,22 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// APIKeyName returns the name of the API key whose hash is hash, or an
+// error wrapping ErrNotFound.
+func (s *Store) APIKeyName(ctx context.Context, hash string) (string, error) {
+	var name string
+	err := s.db.QueryRowContext(ctx, `SELECT name FROM api_keys WHERE hash = ?`, hash).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("store: api key: %w", ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: look up api key: %w", err)
+	}
+	return name, nil
+}
