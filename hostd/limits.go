@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"github.com/agentbox/agentbox/hostd/cgroup"
-	"github.com/agentbox/agentbox/hostd/sandbox"
-)
+	"github.com/agentbox/agentbox/hostd/cgroup")
 
 // instanceName is cfg.Instance, or one derived from the data directory.
 func instanceName(cfg Config) string {
@@ -28,7 +26,7 @@ func instanceName(cfg Config) string {
 // openCgroups returns the VMM cgroup manager, or nil (logged) where the
 // host has no usable cgroups: sandboxes then run without CPU quota and
 // host memory caps, and requests for them are refused.
-func openCgroups(cfg Config, log *slog.Logger) (sandbox.Cgroups, error) {
+func openCgroups(cfg Config, log *slog.Logger) (*cgroup.Manager, error) {
 	cg, err := cgroup.New(instanceName(cfg))
 	if errors.Is(err, cgroup.ErrUnavailable) {
 		log.Warn("no cgroups: VMM processes run without CPU and memory caps", "err", err)
@@ -39,4 +37,15 @@ func openCgroups(cfg Config, log *slog.Logger) (sandbox.Cgroups, error) {
 	}
 	log.Info("vmm cgroups", "version", cg.Version(), "parent", cg.Parent())
 	return cg, nil
+}
+
+// closeCgroups removes the instance's cgroup parent once every sandbox
+// has stopped.
+func closeCgroups(cg *cgroup.Manager, log *slog.Logger) {
+	if cg == nil {
+		return
+	}
+	if err := cg.Close(); err != nil {
+		log.Warn("vmm cgroups left", "err", err)
+	}
 }

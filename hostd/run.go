@@ -58,9 +58,14 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
 		Limits: cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met,
 	}
-	if opts.Cgroups, err = openCgroups(cfg, log); err != nil {
+	cg, err := openCgroups(cfg, log)
+	if err != nil {
 		return err
 	}
+	if cg != nil {
+		opts.Cgroups = cg
+	}
+	defer closeCgroups(cg, log)
 	mgr, err := sandbox.New(opts)
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -318,4 +319,27 @@ func scrape(t *testing.T, met *metrics.Metrics) map[string]*dto.MetricFamily {
 		t.Fatalf("metrics do not parse: %v\n%s", err, rec.Body.String())
 	}
 	return fams
+}
+
+func TestReaperRemovesOrphans(t *testing.T) {
+	env := newLimitEnv(t)
+	g, err := env.cg.Create("sb-orphan", cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = g.Delete() })
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	env.m.ReapOnce(context.Background())
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("got a clean exit, want the orphan killed")
+	}
+	if ids, _ := env.cg.List(); len(ids) != 0 {
+		t.Fatalf("got cgroups %v, want none", ids)
+	}
 }
