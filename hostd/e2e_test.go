@@ -38,7 +38,7 @@ func startHostd(t *testing.T) (*client.Client, string) {
 }
 
 // startHostdOn runs hostd on data dir data; stop ends it (once).
-func startHostdOn(t *testing.T, data string) (*client.Client, func()) {
+func startHostdOn(t *testing.T, data string, tweaks ...func(*hostd.Config)) (*client.Client, func()) {
 	t.Helper()
 	a := vmmtest.FindAssets(t)
 	logf, err := os.OpenFile(filepath.Join(data, "hostd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -49,6 +49,9 @@ func startHostdOn(t *testing.T, data string) (*client.Client, func()) {
 		Listen: "127.0.0.1:0", DataDir: data, APIKey: testKey, VMM: "qemu", Accel: "tcg",
 		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage,
 		Logger: slog.New(slog.NewTextHandler(logf, nil)),
+	}
+	for _, tw := range tweaks {
+		tw(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)

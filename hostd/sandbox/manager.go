@@ -219,6 +219,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	}
 	if opts.Template != "" && m.defaultLimits(opts.Limits) {
 		if b, rec, ok := m.claim(ctx, opts); ok {
+			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
+				m.teardown(b, err)
+				return Info{}, err
+			}
 			return m.adopt(ctx, b, rec)
 		}
 	}
