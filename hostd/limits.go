@@ -8,7 +8,8 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"github.com/agentbox/agentbox/hostd/cgroup")
+	"github.com/agentbox/agentbox/hostd/cgroup"
+)
 
 // instanceName is cfg.Instance, or one derived from the data directory.
 func instanceName(cfg Config) string {

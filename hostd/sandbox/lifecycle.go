@@ -145,7 +145,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	if err == nil {
 		b.vm = vm
-		err = m.wake(ctx, b, false)
+		err = errors.Join(m.placed(b), m.wake(ctx, b, false))
 	}
 	if err != nil {
 		m.removeCgroup(b)

@@ -2,10 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // DefaultReapInterval is how often the reaper looks for orphans.
@@ -53,7 +56,34 @@ func (m *Manager) reapOnce(ctx context.Context, suspects map[string]bool) map[st
 		}
 		m.reapCgroup(id)
 	}
+	for _, id := range m.orphanDirs(ctx) {
+		if !suspects["dir:"+id] {
+			next["dir:"+id] = true
+			continue
+		}
+		m.reapDir(id)
+	}
 	return next
+}
+
+// orphanDirs lists sandbox directories that no record and no live or warm
+// sandbox owns.
+func (m *Manager) orphanDirs(ctx context.Context) []string {
+	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "sandboxes"))
+	if err != nil {
+		return nil
+	}
+	owned := m.ownedIDs()
+	var out []string
+	for _, e := range ents {
+		if owned[e.Name()] {
+			continue
+		}
+		if _, err := m.opts.Store.GetSandbox(ctx, e.Name()); err != nil && errors.Is(err, store.ErrNotFound) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 // orphanCandidates lists the instance's cgroups that no live or warm

@@ -28,9 +28,9 @@ type Usage struct {
 type meter struct {
 	in, out atomic.Int64
 
-	mu      sync.Mutex
-	cpu     float64 // CPU seconds of ended VMs
-	peak    uint64
+	mu   sync.Mutex
+	cpu  float64 // CPU seconds of ended VMs
+	peak uint64
 }
 
 func (m *Manager) meterOf(id string) *meter {
