@@ -48,6 +48,11 @@ type Config struct {
 	// with the key: "api-key" for DATA_DIR/api-key, "env" for
 	// AGENTBOX_API_KEY).
 	KeyMaximums map[string]sandbox.Maximums
+	// VMMUser, if set, is the unprivileged user that QEMU drops to once it
+	// has opened its files (-runas; e.g. "nobody"). A VM whose QEMU changed
+	// its uid loses the parent-death signal, so after a hostd crash it runs
+	// until the next hostd start reaps it from its cgroup.
+	VMMUser string
 	// Instance names this hostd's cgroups (/agentbox/<instance>/...);
 	// empty derives it from DataDir, so hostds with their own data
 	// directories never share groups.

@@ -58,6 +58,9 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
 		Limits: cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met,
 	}
+	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
+		return err
+	}
 	cg, err := openCgroups(cfg, log)
 	if err != nil {
 		return err

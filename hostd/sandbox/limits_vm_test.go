@@ -37,7 +37,7 @@ type limitEnv struct {
 	data string
 }
 
-func newLimitEnv(t *testing.T) *limitEnv {
+func newLimitEnv(t *testing.T, tweaks ...func(*qemu.Options, *sandbox.Options)) *limitEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("VMM cgroups need root")
@@ -61,14 +61,20 @@ func newLimitEnv(t *testing.T) *limitEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := qemu.New(qemu.Options{Accel: vmm.AccelTCG, Logger: log})
+	qopts := qemu.Options{Accel: vmm.AccelTCG, Logger: log}
+	met := metrics.New()
+	base, _ := filepath.EvalSymlinks(a.BaseImage)
+	sopts := sandbox.Options{Store: st, DataDir: data, Kernel: a.Kernel,
+		Initramfs: a.Initramfs, BaseImage: base, DefaultMemoryMiB: 256, Logger: log, Cgroups: cg, Metrics: met}
+	for _, tw := range tweaks {
+		tw(&qopts, &sopts)
+	}
+	d, err := qemu.New(qopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, _ := filepath.EvalSymlinks(a.BaseImage)
-	met := metrics.New()
-	m, err := sandbox.New(sandbox.Options{Driver: d, Store: st, DataDir: data, Kernel: a.Kernel,
-		Initramfs: a.Initramfs, BaseImage: base, DefaultMemoryMiB: 256, Logger: log, Cgroups: cg, Metrics: met})
+	sopts.Driver = d
+	m, err := sandbox.New(sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,5 +347,41 @@ func TestReaperRemovesOrphans(t *testing.T) {
 	}
 	if ids, _ := env.cg.List(); len(ids) != 0 {
 		t.Fatalf("got cgroups %v, want none", ids)
+	}
+}
+
+func TestVMMRunsUnprivileged(t *testing.T) {
+	env := newLimitEnv(t, func(q *qemu.Options, s *sandbox.Options) {
+		q.RunAs = "nobody"
+		s.VMMOwner = &sandbox.Owner{UID: 65534, GID: 65534}
+	})
+	m, ctx := env.m, context.Background()
+	sb, err := m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Delete(context.Background(), sb.ID) })
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", sb.VMPID))
+	if !strings.Contains(string(status), "Uid:\t65534\t65534\t65534\t65534") {
+		t.Fatalf("qemu's status: %s, want uid 65534", status)
+	}
+	run(t, m, sb.ID, "echo before > /root/f", 0)
+	// A snapshot makes QEMU open a new overlay after it dropped privileges.
+	forks, err := m.Fork(ctx, sb.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Delete(context.Background(), forks[0].ID) })
+	if out, _ := run(t, m, sb.ID, "echo after >> /root/f; cat /root/f", 0); out != "before\nafter\n" {
+		t.Fatalf("got %q after the snapshot, want before and after", out)
+	}
+	if out, _ := run(t, m, forks[0].ID, "cat /root/f", 0); out != "before\n" {
+		t.Fatalf("fork: got %q, want before", out)
+	}
+	if _, err := m.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, m, sb.ID, "cat /root/f", 0); out != "before\nafter\n" {
+		t.Fatalf("after pause and auto-resume: got %q", out)
 	}
 }

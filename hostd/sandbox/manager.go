@@ -52,6 +52,8 @@ type Options struct {
 	Limits LimitOptions
 	// KeyMax are per-API-key maximums, by key name.
 	KeyMax map[string]Maximums
+	// VMMOwner, if set, is the user the VMM processes run as.
+	VMMOwner *Owner
 	// Cgroups, if set, gives each VMM process its own cgroup.
 	Cgroups Cgroups
 	// IdleCPU is the CPU use under which a sandbox is idle (default
@@ -169,6 +171,9 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{}}
+	if err := m.openDirsToOwner(); err != nil {
+		return nil, err
+	}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
 		m.baseMiB = int(info.VirtualSize >> 20)
 	}
@@ -290,6 +295,9 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 	b.limits = m.limitsOf(ctx, rec.ID)
 	b.overlay = b.nextOverlay()
 	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, b.overlay, 0); err != nil {
+		return nil, err
+	}
+	if err := m.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
 	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)

@@ -149,6 +149,9 @@ func (m *Manager) freezeDisk(ctx context.Context, b *box, sn store.Snapshot) err
 	if err := disk.CreateOverlay(ctx, layer, next, 0); err != nil {
 		return err
 	}
+	if err := m.own(next); err != nil {
+		return err
+	}
 	if err := sw.SwitchDisk(ctx, 0, next); err != nil {
 		os.Remove(next)
 		return err
@@ -261,6 +264,9 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	b.limits = m.limitsOf(ctx, rec.ID)
 	b.overlay = b.nextOverlay()
 	if err := disk.CreateOverlay(ctx, filepath.Join(sn.Dir, layerFile), b.overlay, 0); err != nil {
+		return nil, err
+	}
+	if err := m.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
 	defer m.opts.Metrics.Since("restore", time.Now())

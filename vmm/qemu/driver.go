@@ -36,12 +36,16 @@ type Options struct {
 	TSCkHz int
 	// Logger receives the driver's logs.
 	Logger *slog.Logger
+	// RunAs, if set, is the unprivileged user QEMU drops to (-runas) once
+	// it has opened its files; see runAsArgs.
+	RunAs string
 }
 
 // Driver starts QEMU VMs.
 type Driver struct {
 	bin    string
 	accel  vmm.Accel
+	runAs  string
 	tscKHz int
 	log    *slog.Logger
 }
@@ -76,7 +80,7 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log}, nil
+	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, runAs: opts.RunAs}, nil
 }
 
 // Name is "qemu".
@@ -130,7 +134,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		"-m", strconv.Itoa(cfg.MemoryMiB) + "M",
 		"-object", memory,
 		"-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"-sandbox", d.seccomp(),
 		"-kernel", cfg.Kernel,
 		"-append", d.cmdline(cfg),
 		"-chardev", "file,id=console,path=" + cfg.ConsoleLog,
@@ -143,6 +147,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	if cfg.Initramfs != "" {
 		a = append(a, "-initrd", cfg.Initramfs)
 	}
+	a = append(a, d.runAsArgs()...)
 	for i, disk := range cfg.Disks {
 		format := "qcow2"
 		if disk.Raw {
