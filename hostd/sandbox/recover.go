@@ -22,6 +22,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, r := range recs {
 		known[r.ID] = true
 		switch State(r.State) {
+		case StatePaused:
+			m.rearmTTL(r)
 		case StateCreating, StateRunning, StateStopping, StatePausing, StateResuming:
 			m.log.Warn("sandbox lost its vm when hostd stopped", "sandbox_id", r.ID, "vm_pid", r.VMPID)
 			m.removeDir(r.Dir, m.log.With("sandbox_id", r.ID))

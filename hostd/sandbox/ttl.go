@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // A sandbox's TTL (timeout_s) runs from its creation across pauses and
@@ -81,4 +83,14 @@ func (m *Manager) Deadline(id string) time.Time {
 		return t.end
 	}
 	return time.Time{}
+}
+
+// rearmTTL restarts a paused sandbox's TTL after a hostd restart, from its
+// creation (an extension made before the restart is not kept).
+func (m *Manager) rearmTTL(r store.Sandbox) {
+	if r.TimeoutS <= 0 {
+		return
+	}
+	left := time.Until(r.CreatedAt.Add(time.Duration(r.TimeoutS) * time.Second))
+	m.armTTL(r.ID, max(left, time.Second))
 }
