@@ -114,7 +114,6 @@ type box struct {
 	disks      int
 	// cwd is the default working directory of commands (from a template).
 	cwd  string
-	ttl  *time.Timer
 	gone chan struct{} // closed when the sandbox is deleted or fails
 	// why says why gone was closed (ErrDeleted or a failure).
 	why  error
@@ -405,9 +404,6 @@ func (m *Manager) forget(b *box) bool {
 // teardown ends everything a live sandbox owns: streams, VM, files.
 func (m *Manager) teardown(b *box, why error) {
 	b.end(why)
-	if b.ttl != nil {
-		b.ttl.Stop()
-	}
 	b.mu.Lock()
 	if b.agent != nil {
 		b.agent.Close()

@@ -71,6 +71,7 @@ func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sa
 
 func (m *Manager) discard(e poolEntry) {
 	m.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
+	m.dropMeter(e.b.id)
 }
 
 func (m *Manager) refillLater(name string) { go m.refill(context.Background(), name) }

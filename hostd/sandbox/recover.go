@@ -78,6 +78,7 @@ func (m *Manager) sweepSnapshots(ctx context.Context) error {
 // marks them failed.
 func (m *Manager) Close(ctx context.Context) error {
 	m.closing.Store(true)
+	m.stopTTLs()
 	m.stopPools()
 	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.boxes))

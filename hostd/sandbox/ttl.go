@@ -94,3 +94,13 @@ func (m *Manager) rearmTTL(r store.Sandbox) {
 	left := time.Until(r.CreatedAt.Add(time.Duration(r.TimeoutS) * time.Second))
 	m.armTTL(r.ID, max(left, time.Second))
 }
+
+// stopTTLs stops every TTL timer (at Close).
+func (m *Manager) stopTTLs() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, t := range m.ttls {
+		t.timer.Stop()
+		delete(m.ttls, id)
+	}
+}
