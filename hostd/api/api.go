@@ -34,6 +34,7 @@ type Manager interface {
 	Mkdir(ctx context.Context, id, path string) error
 	Remove(ctx context.Context, id, path string, recursive bool) error
 	Rename(ctx context.Context, id, from, to string) error
+	SessionManager
 }
 
 // Authenticator decides whether a request may use the /v1 API. It returns
@@ -64,6 +65,9 @@ type Options struct {
 	// Logger receives one line per request and every internal error;
 	// nil discards.
 	Logger *slog.Logger
+	// Ports issues service-URL access (*portproxy.Proxy); nil answers the
+	// ports routes with 501.
+	Ports Ports
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -78,6 +82,7 @@ var publicRoutes = map[string]bool{
 // server implements the generated ServerInterface.
 type server struct {
 	m      Manager
+	ports  Ports
 	health func() HealthInfo
 	log    *slog.Logger
 }
@@ -90,7 +95,7 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, health: opts.Health, log: log}
+	s := &server{m: opts.Manager, ports: opts.Ports, health: opts.Health, log: log}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,
