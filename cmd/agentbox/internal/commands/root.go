@@ -29,7 +29,8 @@ func Root(stdio IO, extra ...*cli.Command) *cli.Command {
 		Flags:    globalFlags(),
 		Reader:   stdio.In,
 		Writer:   stdio.Out,
-		Commands: append([]*cli.Command{createCommand(), lsCommand(), rmCommand(), execCommand(), runCommand(), cpCommand()}, extra...),
+		Commands: append([]*cli.Command{createCommand(), lsCommand(), rmCommand(), execCommand(), runCommand(), cpCommand(),
+			attachCommand(), psCommand(), urlCommand()}, extra...),
 		// Errors are returned to Run, which owns the exit code.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		ErrWriter:      stdio.Err,
