@@ -210,11 +210,14 @@ func checkPTY(t *testing.T, c *client.Client, id string) {
 	if !strings.Contains(out, "40 132") {
 		t.Errorf("after resize to 40x132, stty size printed:\n%s", out)
 	}
-	tm.send(t, "sleep 600; echo slept-$?\r")
-	tm.waitFor(t, "sleep 600")
-	time.Sleep(500 * time.Millisecond) // let bash start sleep (no assertion on time)
+	// The marker is printed by the foreground job itself, so ^C comes
+	// once the job runs (the echo of the typed line reads sl""eeping).
+	tm.send(t, "sh -c 'echo sl\"\"eeping; exec sleep 600'\r")
+	tm.waitFor(t, "sleeping")
 	tm.send(t, "\x03")
-	tm.waitFor(t, "slept-130")
+	// An interrupted job ends the line; the next one reads its status.
+	tm.send(t, "echo status-$?\r")
+	tm.waitFor(t, "status-130")
 	tm.send(t, "exit 3\r")
 	<-tm.done
 	if code, _, ok := p.Exit(); !ok || code != 3 {

@@ -90,6 +90,7 @@ func echo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer c.CloseNow()
+	c.SetReadLimit(8 << 20)
 	ctx := context.Background()
 	for {
 		typ, data, err := c.Read(ctx)
