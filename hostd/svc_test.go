@@ -237,6 +237,7 @@ func TestServiceURLsAndSessions(t *testing.T) {
 	t.Run("exec re-attach after a cut", func(t *testing.T) { checkReattach(t, e.c, e.sb.ID) })
 	t.Run("exec background", func(t *testing.T) { checkBackground(t, e.c, e.sb.ID) })
 	t.Run("exec pty", func(t *testing.T) { checkPTY(t, e.c, e.sb.ID) })
+	t.Run("cli exec -it in a terminal", func(t *testing.T) { checkCLITerminal(t, e) })
 }
 
 func checkCredentials(t *testing.T, e *svcEnv) {
