@@ -90,11 +90,11 @@ func NewExec(sp Spawner, log *slog.Logger) *Exec {
 
 // session is one process and its output.
 type session struct {
-	id      string
-	argv    []string
-	pid     int
-	out     *outputLog
-	stdin   *os.File
+	id    string
+	argv  []string
+	pid   int
+	out   *outputLog
+	stdin *os.File
 	// tty is the PTY master of a terminal session (nil otherwise).
 	tty     *os.File
 	started time.Time

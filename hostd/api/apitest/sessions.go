@@ -10,7 +10,7 @@ import (
 
 // StartExec records the call and returns exec id "e1".
 func (f *Manager) StartExec(ctx context.Context, id string, req sandbox.ExecRequest) (string, error) {
-	if err := f.call("StartExec " + id); err != nil {
+	if err := f.call("StartExec"); err != nil {
 		return "", err
 	}
 	if _, err := f.lookup(id); err != nil {
@@ -22,7 +22,7 @@ func (f *Manager) StartExec(ctx context.Context, id string, req sandbox.ExecRequ
 // Attach runs the Exec behaviour for session "e1" and emits its events
 // after the start event, from offset on.
 func (f *Manager) Attach(ctx context.Context, id, execID string, offset uint64, emit func(sandbox.ExecEvent) error) error {
-	if err := f.call("Attach " + id + " " + execID); err != nil {
+	if err := f.call("Attach"); err != nil {
 		return err
 	}
 	if execID != "e1" {
@@ -38,7 +38,7 @@ func (f *Manager) Attach(ctx context.Context, id, execID string, offset uint64, 
 
 // Sessions lists one finished session, "e1".
 func (f *Manager) Sessions(ctx context.Context, id string) ([]sandbox.Session, error) {
-	if err := f.call("Sessions " + id); err != nil {
+	if err := f.call("Sessions"); err != nil {
 		return nil, err
 	}
 	if _, err := f.lookup(id); err != nil {
@@ -50,10 +50,10 @@ func (f *Manager) Sessions(ctx context.Context, id string) ([]sandbox.Session, e
 
 // WriteStdin records the call.
 func (f *Manager) WriteStdin(ctx context.Context, id, execID string, data []byte, close bool) error {
-	return f.call(fmt.Sprintf("WriteStdin %s %s %q %v", id, execID, data, close))
+	return f.call(fmt.Sprintf("WriteStdin %q %v", data, close))
 }
 
 // Resize records the call.
 func (f *Manager) Resize(ctx context.Context, id, execID string, rows, cols int) error {
-	return f.call(fmt.Sprintf("Resize %s %s %dx%d", id, execID, rows, cols))
+	return f.call(fmt.Sprintf("Resize %dx%d", rows, cols))
 }
