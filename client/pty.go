@@ -144,7 +144,9 @@ func (p *PTY) control(m ptyMessage) error {
 }
 
 // Resize sets the terminal's size.
-func (p *PTY) Resize(rows, cols int) error { return p.control(ptyMessage{Type: "resize", Rows: rows, Cols: cols}) }
+func (p *PTY) Resize(rows, cols int) error {
+	return p.control(ptyMessage{Type: "resize", Rows: rows, Cols: cols})
+}
 
 // Signal sends a signal ("SIGINT", "TERM", "9") to the session's process group.
 func (p *PTY) Signal(sig string) error { return p.control(ptyMessage{Type: "signal", Signal: sig}) }
