@@ -14,6 +14,11 @@ import (
 	"github.com/agentbox/agentbox/client"
 )
 
+// sessionCommands are the commands of exec sessions and service URLs.
+func sessionCommands() []*cli.Command {
+	return []*cli.Command{attachCommand(), psCommand(), urlCommand()}
+}
+
 // sessionFlags are exec's flags for durable and interactive sessions.
 func sessionFlags() []cli.Flag {
 	return []cli.Flag{
