@@ -62,7 +62,7 @@ func TestExecBackgroundListAttach(t *testing.T) {
 func TestPTYWebSocket(t *testing.T) {
 	e := newTestEnv(t)
 	// The session prints, then exits once it got the resize and the eof.
-	e.m.SetExec(func(ctx context.Context, id string, req sandbox.ExecRequest, emit func(sandbox.ExecEvent) error) error {
+	e.m.SetAttach(func(ctx context.Context, id, execID string, offset uint64, emit func(sandbox.ExecEvent) error) error {
 		if err := emit(sandbox.ExecEvent{Type: sandbox.EventStdout, Data: []byte("0\n")}); err != nil {
 			return err
 		}

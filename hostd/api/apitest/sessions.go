@@ -19,21 +19,38 @@ func (f *Manager) StartExec(ctx context.Context, id string, req sandbox.ExecRequ
 	return "e1", nil
 }
 
-// Attach runs the Exec behaviour for session "e1" and emits its events
-// after the start event, from offset on.
+// AttachFunc is the behaviour of Manager.Attach.
+type AttachFunc func(ctx context.Context, id, execID string, offset uint64, emit func(sandbox.ExecEvent) error) error
+
+// SetAttach replaces Attach's behaviour. The default knows session "e1"
+// only, and emits the offset and a newline on stdout, then exit 0.
+func (f *Manager) SetAttach(fn AttachFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attach = fn
+}
+
+// Attach emits session execID's events after its start event.
 func (f *Manager) Attach(ctx context.Context, id, execID string, offset uint64, emit func(sandbox.ExecEvent) error) error {
 	if err := f.call("Attach"); err != nil {
 		return err
 	}
+	if _, err := f.lookup(id); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	fn := f.attach
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, id, execID, offset, emit)
+	}
 	if execID != "e1" {
 		return fmt.Errorf("%w: exec %s", sandbox.ErrNotFound, execID)
 	}
-	return f.Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"attach", fmt.Sprint(offset)}}, func(ev sandbox.ExecEvent) error {
-		if ev.Type == sandbox.EventStart {
-			return nil
-		}
-		return emit(ev)
-	})
+	return EmitAll(emit,
+		sandbox.ExecEvent{Type: sandbox.EventStdout, Data: []byte(fmt.Sprintf("%d\n", offset)), Offset: offset},
+		sandbox.ExecEvent{Type: sandbox.EventExit},
+	)
 }
 
 // Sessions lists one finished session, "e1".
