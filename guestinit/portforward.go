@@ -15,6 +15,12 @@ import (
 // forwardDialTimeout bounds the dial of a guest TCP port.
 const forwardDialTimeout = 5 * time.Second
 
+// spliceBuffer is the copy buffer of each direction of a forward.
+const spliceBuffer = 256 << 10
+
+// onlyReader hides a conn's WriteTo, so that io.CopyBuffer uses its buffer.
+type onlyReader struct{ io.Reader }
+
 // ServePortForward accepts port-forward streams on l (the router's listener
 // of vmm.PortForwardPort) and splices each to the guest TCP port its header
 // names, on loopback. It returns when l is closed.
@@ -72,7 +78,8 @@ func splice(a, b net.Conn) {
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
 		defer wg.Done()
-		if _, err := io.Copy(dst, src); err != nil {
+		// Big buffers mean fewer channel frames, and fewer VM exits.
+		if _, err := io.CopyBuffer(dst, onlyReader{src}, make([]byte, spliceBuffer)); err != nil {
 			// A broken direction ends the other too.
 			a.Close()
 			b.Close()

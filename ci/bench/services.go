@@ -30,43 +30,32 @@ func benchServices(ctx context.Context, c *client.Client, sb client.Sandbox, t *
 		return err
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-	get := func(path string, w io.Writer) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pa.PathURL+path, nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("X-Agentbox-Token", pa.Token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", path, resp.Status)
-		}
-		_, err = io.Copy(w, resp.Body)
-		return err
-	}
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string, w io.Writer) error { return fetch(ctx, hc, pa, path, w) }
 	if err := get("ping", io.Discard); err != nil { // warm the connection
 		return err
 	}
-	var via []time.Duration
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		if err := get("ping", io.Discard); err != nil {
-			return err
-		}
-		via = append(via, time.Since(start))
+	via, err := timeGets(n, func() error { return get("ping", io.Discard) })
+	if err != nil {
+		return err
+	}
+	viaFresh, err := timeGets(n, func() error { return fetch(ctx, fresh, pa, "ping", io.Discard) })
+	if err != nil {
+		return err
 	}
 	direct, err := guestCurlTimes(ctx, c, sb.ID, n)
 	if err != nil {
 		return err
 	}
-	v50, d50 := pct(via, 0.5), pct(direct, 0.5)
+	v50, f50, d50 := pct(via, 0.5), pct(viaFresh, 0.5), pct(direct, 0.5)
 	t.add(fmt.Sprintf("HTTP GET via service URL (path form, keep-alive), p50 / p99 of %d", n), ms(v50)+" / "+ms(pct(via, 0.99)), "")
-	t.add("same GET by curl inside the guest to 127.0.0.1, p50", ms(d50), "baseline, same run (curl time_total)")
-	t.add("service URL ÷ in-guest GET (p50)", fmt.Sprintf("%.1f×", float64(v50)/float64(d50)), "")
+	t.add("same, a new connection per request, p50", ms(f50), "new port-forward stream and guest TCP connection")
+	t.add("same GET by curl inside the guest to 127.0.0.1, p50", ms(d50), "baseline, same run (curl time_total, new connection)")
+	t.add("service URL ÷ in-guest GET (p50; keep-alive / new connection)", fmt.Sprintf("%.1f× / %.1f×", float64(v50)/float64(d50), float64(f50)/float64(d50)), "")
 	const size = 64 << 20
+	if err := get("bytes?n="+strconv.Itoa(8<<20), io.Discard); err != nil { // warm up
+		return err
+	}
 	start := time.Now()
 	if err := get("bytes?n="+strconv.Itoa(size), io.Discard); err != nil {
 		return err
@@ -81,6 +70,38 @@ func benchServices(ctx context.Context, c *client.Client, sb client.Sandbox, t *
 	t.add("64 MiB response by curl inside the guest", fmt.Sprintf("%.1f MiB/s", inGuest), "baseline, same run")
 	t.add("service URL ÷ in-guest throughput", fmt.Sprintf("%.2f×", viaMiBs/inGuest), "")
 	return nil
+}
+
+// timeGets times n calls of get.
+func timeGets(n int, get func() error) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if err := get(); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+// fetch GETs path under pa's path-based URL with the access token.
+func fetch(ctx context.Context, hc *http.Client, pa client.PortAccess, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pa.PathURL+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Agentbox-Token", pa.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // startGuestsvc builds ci/guestsvc, copies it into the sandbox and starts it.
