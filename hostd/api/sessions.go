@@ -23,8 +23,9 @@ type SessionManager interface {
 var _ SessionManager = (*sandbox.Manager)(nil)
 
 // keepAliveEvery is how often an idle NDJSON stream gets a keepalive line,
-// so that proxies between hostd and the client do not cut it.
-const keepAliveEvery = 20 * time.Second
+// so that proxies between hostd and the client do not cut it. A variable
+// for tests.
+var keepAliveEvery = 20 * time.Second
 
 // keepAlive writes a keepalive line whenever the stream has been idle for
 // keepAliveEvery, once it has started. Call the returned func to stop.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,41 @@ func TestPortsWithoutProxy(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(b), CodeNotSupported) {
 		t.Errorf("got %d %s, want 501", resp.StatusCode, b)
+	}
+}
+
+func TestKeepAlive(t *testing.T) {
+	old := keepAliveEvery
+	keepAliveEvery = 20 * time.Millisecond
+	t.Cleanup(func() { keepAliveEvery = old })
+	e := newTestEnv(t)
+	// The session is silent until the client has seen a keepalive.
+	seen := make(chan struct{})
+	e.m.SetExec(func(ctx context.Context, id string, req sandbox.ExecRequest, emit func(sandbox.ExecEvent) error) error {
+		if err := emit(sandbox.ExecEvent{Type: sandbox.EventStart, ExecID: "e1"}); err != nil {
+			return err
+		}
+		select {
+		case <-seen:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return emit(sandbox.ExecEvent{Type: sandbox.EventExit})
+	})
+	resp := e.do(t, "POST", "/v1/sandboxes/sb1/exec?stream=true", strings.NewReader(`{"cmd":["idle"]}`))
+	sc := bufio.NewScanner(resp.Body)
+	var types []string
+	for sc.Scan() {
+		var ev ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == ExecEventTypeKeepalive && !slices.Contains(types, "keepalive") {
+			close(seen)
+		}
+		types = append(types, string(ev.Type))
+	}
+	if len(types) < 3 || types[0] != "start" || types[1] != "keepalive" || types[len(types)-1] != "exit" {
+		t.Errorf("got events %v, want start, keepalive..., exit", types)
 	}
 }
