@@ -71,7 +71,11 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 	if err != nil {
 		return nil, "", m.streamErr(b, err)
 	}
-	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: req.Cwd, Stdin: req.Stdin != nil,
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = b.cwd
+	}
+	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil,
 		Tty: req.Tty, Rows: uint32(req.Rows), Cols: uint32(req.Cols)})
 	if err != nil {
 		if errors.Is(err, agentclient.ErrStart) {
