@@ -876,7 +876,8 @@ type ClientInterface interface {
 	// a cookie scoped to the URL), or a share link. hostd strips its
 	// credentials before forwarding. Without one the answer is 401, with an
 	// expired share link 403, with nothing listening on the port 502 (a page
-	// that says so), and 409 when the sandbox is not running. HTTP/1.1,
+	// that says so), and 409 when the sandbox is not running. A request to a
+	// paused sandbox resumes it first. HTTP/1.1,
 	// HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
 	// (HTTP/1.1) pass through; responses are streamed, not buffered; the
 	// guest is spoken to in HTTP/1.1.
@@ -1525,7 +1526,8 @@ func (c *Raw) PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...Requ
 // a cookie scoped to the URL), or a share link. hostd strips its
 // credentials before forwarding. Without one the answer is 401, with an
 // expired share link 403, with nothing listening on the port 502 (a page
-// that says so), and 409 when the sandbox is not running. HTTP/1.1,
+// that says so), and 409 when the sandbox is not running. A request to a
+// paused sandbox resumes it first. HTTP/1.1,
 // HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
 // (HTTP/1.1) pass through; responses are streamed, not buffered; the
 // guest is spoken to in HTTP/1.1.
@@ -3578,7 +3580,8 @@ type ClientWithResponsesInterface interface {
 	// a cookie scoped to the URL), or a share link. hostd strips its
 	// credentials before forwarding. Without one the answer is 401, with an
 	// expired share link 403, with nothing listening on the port 502 (a page
-	// that says so), and 409 when the sandbox is not running. HTTP/1.1,
+	// that says so), and 409 when the sandbox is not running. A request to a
+	// paused sandbox resumes it first. HTTP/1.1,
 	// HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
 	// (HTTP/1.1) pass through; responses are streamed, not buffered; the
 	// guest is spoken to in HTTP/1.1.
@@ -5623,7 +5626,8 @@ func (c *ClientWithResponses) PauseSandboxWithResponse(ctx context.Context, id S
 // a cookie scoped to the URL), or a share link. hostd strips its
 // credentials before forwarding. Without one the answer is 401, with an
 // expired share link 403, with nothing listening on the port 502 (a page
-// that says so), and 409 when the sandbox is not running. HTTP/1.1,
+// that says so), and 409 when the sandbox is not running. A request to a
+// paused sandbox resumes it first. HTTP/1.1,
 // HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
 // (HTTP/1.1) pass through; responses are streamed, not buffered; the
 // guest is spoken to in HTTP/1.1.

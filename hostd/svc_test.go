@@ -238,6 +238,27 @@ func TestServiceURLsAndSessions(t *testing.T) {
 	t.Run("exec background", func(t *testing.T) { checkBackground(t, e.c, e.sb.ID) })
 	t.Run("exec pty", func(t *testing.T) { checkPTY(t, e.c, e.sb.ID) })
 	t.Run("cli exec -it in a terminal", func(t *testing.T) { checkCLITerminal(t, e) })
+	t.Run("a request resumes a paused sandbox", func(t *testing.T) { checkAutoResume(t, e) })
+}
+
+// checkAutoResume pauses the sandbox; a service-URL request resumes it, and
+// the guest's server, restored with its memory, answers.
+func checkAutoResume(t *testing.T, e *svcEnv) {
+	ctx := context.Background()
+	sb, err := e.c.Pause(ctx, e.sb.ID)
+	if err != nil || sb.State != "paused" {
+		t.Fatalf("pause: %+v, %v", sb, err)
+	}
+	code, body := e.fetch(t, e.hostURL(8000, "/hello.txt"), map[string]string{"X-Agentbox-Token": e.tok})
+	if code != 200 || body != "hello\n" {
+		t.Errorf("after pause: got %d %q, want the file", code, body)
+	}
+	if sb, err := e.c.GetSandbox(ctx, e.sb.ID); err != nil || sb.State != "running" {
+		t.Errorf("after the request: %+v, %v; want running", sb, err)
+	}
+	if r := mustExec(t, e.c, e.sb.ID, "echo", "still here"); r.Stdout != "still here\n" {
+		t.Errorf("exec after resume: %q", r.Stdout)
+	}
 }
 
 func checkCredentials(t *testing.T, e *svcEnv) {

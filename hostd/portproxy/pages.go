@@ -34,8 +34,7 @@ func failureOf(t target, err error) failure {
 		return failure{http.StatusNotFound, "sandbox_not_found", "No such sandbox", fmt.Sprintf("There is no sandbox %s.", t.sandbox)}
 	case errors.Is(err, sandbox.ErrNotRunning):
 		return failure{http.StatusConflict, "sandbox_not_running", "Sandbox not running",
-			fmt.Sprintf("Sandbox %s is not running, so nothing can answer on port %d (%v). "+
-				"A paused sandbox must be resumed first.", t.sandbox, t.port, err)}
+			fmt.Sprintf("Sandbox %s is not running, so nothing can answer on port %d (%v).", t.sandbox, t.port, err)}
 	case errors.Is(err, channel.ErrPortClosed):
 		return failure{http.StatusBadGateway, "port_closed", "Nothing listening",
 			fmt.Sprintf("Nothing in sandbox %s accepts connections on port %d. Start a server there "+

@@ -33,6 +33,8 @@ type Sandboxes interface {
 	Get(ctx context.Context, id string) (sandbox.Info, error)
 	// DialPort connects to a TCP port on the sandbox's loopback.
 	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+	// Resume restarts a paused sandbox; a request to one resumes it.
+	Resume(ctx context.Context, id string) (sandbox.Info, error)
 }
 
 // Authenticator checks a request's API key (*auth.Authenticator).
@@ -66,6 +68,7 @@ type Proxy struct {
 	log    *slog.Logger
 	rp     *httputil.ReverseProxy
 	tr     *http.Transport
+	res    resumer
 }
 
 // New returns a Proxy, creating its key file if needed.
@@ -86,7 +89,8 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{sbx: opts.Sandboxes, auth: opts.Auth, domain: normDomain(opts.Domain),
-		sign: &signer{key: key, now: time.Now}, public: pub, log: log}
+		sign: &signer{key: key, now: time.Now}, public: pub, log: log,
+		res: resumer{pending: map[string]chan struct{}{}}}
 	p.tr = &http.Transport{
 		DialContext:           p.dial,
 		MaxIdleConnsPerHost:   16,
@@ -144,8 +148,8 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 		p.fail(rec, r, t, err)
 		return
 	}
-	if info.State != sandbox.StateRunning {
-		p.fail(rec, r, t, fmt.Errorf("%w: sandbox %s is %s", sandbox.ErrNotRunning, t.sandbox, info.State))
+	if err := p.ensureRunning(r.Context(), info); err != nil {
+		p.fail(rec, r, t, err)
 		return
 	}
 	if g.cookie != nil {

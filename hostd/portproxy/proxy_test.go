@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 // by an httptest server; its other ports are closed.
 type fakeSandboxes struct {
 	upstream string // host:port of the httptest server
+
+	mu      sync.Mutex
+	paused  bool // sb-paused is paused until resumed
+	resumes int
 }
 
 func (f *fakeSandboxes) Get(ctx context.Context, id string) (sandbox.Info, error) {
@@ -26,9 +31,27 @@ func (f *fakeSandboxes) Get(ctx context.Context, id string) (sandbox.Info, error
 	case "sb-1":
 		return sandbox.Info{ID: id, State: sandbox.StateRunning}, nil
 	case "sb-paused":
-		return sandbox.Info{ID: id, State: "paused"}, nil
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.paused {
+			return sandbox.Info{ID: id, State: sandbox.StatePaused}, nil
+		}
+		return sandbox.Info{ID: id, State: sandbox.StateRunning}, nil
+	case "sb-failed":
+		return sandbox.Info{ID: id, State: sandbox.StateFailed}, nil
 	}
 	return sandbox.Info{}, fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+}
+
+func (f *fakeSandboxes) Resume(ctx context.Context, id string) (sandbox.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id != "sb-paused" || !f.paused {
+		return sandbox.Info{}, sandbox.ErrNotRunning
+	}
+	f.paused = false
+	f.resumes++
+	return sandbox.Info{ID: id, State: sandbox.StateRunning}, nil
 }
 
 func (f *fakeSandboxes) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
@@ -57,7 +80,7 @@ func newTestProxy(t *testing.T) (*Proxy, http.Handler, *http.Request) {
 		fmt.Fprintf(w, "guest %s", r.URL.RequestURI())
 	}))
 	t.Cleanup(up.Close)
-	p, err := New(Options{Sandboxes: &fakeSandboxes{upstream: up.Listener.Addr().String()}, Auth: fakeAuth{},
+	p, err := New(Options{Sandboxes: &fakeSandboxes{upstream: up.Listener.Addr().String(), paused: true}, Auth: fakeAuth{},
 		Domain: "sb.example", DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +118,8 @@ func TestRouting(t *testing.T) {
 		{"bad port", "GET", "http://0-sb-1.sb.example/", 418, ""},
 		{"closed port", "GET", "http://81-sb-1.sb.example/", 502, "Nothing in sandbox sb-1 accepts connections on port 81"},
 		{"unknown sandbox", "GET", "http://80-sb-2.sb.example/", 404, ""},
-		{"paused sandbox", "GET", "http://80-sb-paused.sb.example/", 409, "paused"},
+		{"paused sandbox is resumed", "GET", "http://80-sb-paused.sb.example/", 200, "guest /"},
+		{"failed sandbox", "GET", "http://80-sb-failed.sb.example/", 409, "failed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,5 +271,34 @@ func TestMatchHost(t *testing.T) {
 		if ok != tc.ok || got.sandbox != tc.id || got.port != tc.port {
 			t.Errorf("matchHost(%q): got %+v %v, want %s %d %v", tc.host, got, ok, tc.id, tc.port, tc.ok)
 		}
+	}
+}
+
+func TestResumeOnce(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	f := &fakeSandboxes{upstream: up.Listener.Addr().String(), paused: true}
+	p, err := New(Options{Sandboxes: f, Auth: fakeAuth{}, Domain: "x", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.Wrap(http.NotFoundHandler())
+	var wg sync.WaitGroup
+	codes := make([]int, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = do(h, "GET", "http://80-sb-paused.x/", map[string]string{"Authorization": "Bearer ab_key"}).Code
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("request %d: got %d, want 200", i, c)
+		}
+	}
+	if f.resumes != 1 {
+		t.Errorf("got %d resumes, want 1", f.resumes)
 	}
 }
