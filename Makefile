@@ -54,7 +54,7 @@ test: assets test-unit test-vm
 
 test-unit:
 	go vet ./...
-	go test -race -count=1 $(GO_TEST_FLAGS) $$(go list ./... | grep -v -E '/vmm/qemu$$|/hostd$$|/cmd/agentbox')
+	go test -race -count=1 $(GO_TEST_FLAGS) $$(go list ./... | grep -v -E '/vmm/qemu$$|/hostd$$|/hostd/sandbox$$|/cmd/agentbox')
 
 test-vm: assets
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(VM_PKGS)

@@ -20,7 +20,7 @@ import (
 const ReadyMarker = "AGENTBOX-READY"
 
 // ProbeMarker is printed in probe mode (agentbox.probe=1) before power-off.
-const ProbeMarker = "AGENTBOX-PROBE-OK"
+const ProbeMarker = vmm.ProbeMarker
 
 // Main runs PID 1. It never returns: on a fatal error it logs and reboots,
 // which ends the VM (hostd runs QEMU with -no-reboot).

@@ -100,8 +100,10 @@ func WriteManifest(dir string, names []string) (Manifest, error) {
 // only when one of them changed, so restoring the same snapshot many times
 // hashes it once.
 type Checker struct {
-	mu   sync.Mutex
-	seen map[string]statKey
+	mu        sync.Mutex
+	seen      map[string]statKey
+	fresh     map[string]bool
+	freshDirs map[string][]string
 }
 
 type statKey struct {
@@ -111,7 +113,9 @@ type statKey struct {
 }
 
 // NewChecker returns an empty Checker.
-func NewChecker() *Checker { return &Checker{seen: map[string]statKey{}} }
+func NewChecker() *Checker {
+	return &Checker{seen: map[string]statKey{}, fresh: map[string]bool{}, freshDirs: map[string][]string{}}
+}
 
 func keyOf(path string) (statKey, error) {
 	var st syscall.Stat_t
@@ -122,8 +126,31 @@ func keyOf(path string) (statKey, error) {
 		ctime: st.Ctim.Sec, ctimeNsec: st.Ctim.Nsec}, nil
 }
 
+// Fresh records dir's files as verified before their manifest exists: they
+// were just written by this process, which is summing them in the
+// background (WriteManifest). Until the manifest is there, Verify accepts
+// the files only while they are unchanged since Fresh.
+func (c *Checker) Fresh(dir string, names []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		k, err := keyOf(p)
+		if err != nil {
+			return err
+		}
+		c.seen[p] = k
+		c.fresh[p] = true
+	}
+	c.freshDirs[dir] = names
+	return nil
+}
+
 // Trust records dir's files as verified (they were just written and summed).
 func (c *Checker) Trust(dir string, m Manifest) {
+	c.mu.Lock()
+	delete(c.freshDirs, dir)
+	c.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, f := range m.Files {
@@ -138,6 +165,12 @@ func (c *Checker) Trust(dir string, m Manifest) {
 // ErrCorrupt that names the first file that does not match.
 func (c *Checker) Verify(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	c.mu.Lock()
+	names, fresh := c.freshDirs[dir]
+	c.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) && fresh {
+		return c.verifyFresh(dir, names)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: no manifest: %v", ErrCorrupt, dir, err)
 	}
@@ -148,6 +181,20 @@ func (c *Checker) Verify(dir string) error {
 	for _, f := range m.Files {
 		if err := c.verifyFile(filepath.Join(dir, f.Name), f); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// verifyFresh accepts a fresh snapshot's files while they are unchanged.
+func (c *Checker) verifyFresh(dir string, names []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		k, err := keyOf(p)
+		if err != nil || c.seen[p] != k {
+			return fmt.Errorf("%w: %s changed before its checksum was written", ErrCorrupt, p)
 		}
 	}
 	return nil

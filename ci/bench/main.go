@@ -36,7 +36,8 @@ func run() error {
 	}
 	defer stop()
 	t := &table{}
-	if err := benchBoot(ctx, c, t, *boots); err != nil {
+	cold, err := benchBoot(ctx, c, t, *boots)
+	if err != nil {
 		return err
 	}
 	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
@@ -48,6 +49,9 @@ func run() error {
 		if err := b(ctx, c, sb, t, *execs); err != nil {
 			return err
 		}
+	}
+	if err := benchSnapshots(ctx, c, t, cold); err != nil {
+		return err
 	}
 	t.print(os.Stdout)
 	return nil

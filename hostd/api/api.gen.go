@@ -371,7 +371,9 @@ type Snapshot struct {
 
 	// SandboxID The sandbox it was captured from.
 	SandboxID string `json:"sandbox_id"`
-	SizeBytes int64  `json:"size_bytes"`
+
+	// SizeBytes Disk space the snapshot's files take (holes in the memory file are free).
+	SizeBytes int64 `json:"size_bytes"`
 
 	// UsedBy What refers to it ("sandbox ID", "snapshot ID", "template NAME").
 	UsedBy []string `json:"used_by"`

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/agentclient"
 	"github.com/agentbox/agentbox/hostd/store"
 )
 
@@ -109,8 +110,14 @@ func (m *Manager) refill(ctx context.Context, name string) {
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
 			Dir: filepath.Join(m.opts.DataDir, "sandboxes", id)}
 		b, err := m.restore(ctx, rec, sn, false)
+		if err == nil {
+			err = m.prewarm(ctx, b)
+		}
 		if err != nil {
 			m.log.Error("pool: restore", "template", name, "err", err)
+			if b != nil && b.vm != nil {
+				m.teardown(b, err)
+			}
 			m.removeDir(rec.Dir, m.log)
 			return
 		}
@@ -121,6 +128,33 @@ func (m *Manager) refill(ctx context.Context, name string) {
 			m.drainPool(name)
 		}
 	}
+}
+
+// prewarm runs a restored pool VM briefly, so its agent is connected and the
+// paths a claim takes (agent calls, a first exec) are already translated by
+// the VMM (under TCG a fresh process starts with no translated code), then
+// pauses it again.
+func (m *Manager) prewarm(ctx context.Context, b *box) error {
+	if err := b.vm.Resume(ctx); err != nil {
+		return err
+	}
+	if err := m.connect(ctx, b); err != nil {
+		return err
+	}
+	c, err := m.agent(ctx, b)
+	if err != nil {
+		return err
+	}
+	for range 2 {
+		id, err := c.Start(ctx, agentclient.Command{Argv: []string{"true"}})
+		if err != nil {
+			return err
+		}
+		if _, err := c.Follow(ctx, id, 0, func(agentclient.Output) error { return nil }); err != nil {
+			return err
+		}
+	}
+	return b.vm.Pause(ctx)
 }
 
 // CreateTemplate names a snapshot as a template with a warm pool of

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/disk"
@@ -105,21 +106,25 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 		os.RemoveAll(sn.Dir)
 		return sn, err
 	}
+	t0 := time.Now()
 	if err := m.freezeDisk(ctx, b, sn); err != nil {
 		return fail(err)
 	}
+	t1 := time.Now()
 	if err := b.vm.Snapshot(ctx, sn.Dir); err != nil {
 		return fail(err)
 	}
+	m.log.Debug("snapshot captured", "sandbox_id", b.id, "snapshot_id", sn.ID, "disk", t1.Sub(t0), "state", time.Since(t1))
 	names, size, err := dirFiles(sn.Dir)
 	if err != nil {
 		return fail(err)
 	}
-	man, err := snapshot.WriteManifest(sn.Dir, names)
-	if err != nil {
+	// Restores may use the snapshot at once; its checksums are written in
+	// the background (a snapshot without them is refused after a restart).
+	if err := m.checker.Fresh(sn.Dir, names); err != nil {
 		return fail(err)
 	}
-	m.checker.Trust(sn.Dir, man)
+	go m.writeManifest(sn.Dir, names)
 	sn.SizeBytes = size
 	if err := m.opts.Store.PutSnapshot(ctx, sn); err != nil {
 		return fail(err)
@@ -155,6 +160,17 @@ func (m *Manager) freezeDisk(ctx context.Context, b *box, sn store.Snapshot) err
 	return nil
 }
 
+func (m *Manager) writeManifest(dir string, names []string) {
+	man, err := snapshot.WriteManifest(dir, names)
+	if err != nil {
+		if _, serr := os.Stat(dir); serr == nil {
+			m.log.Error("snapshot manifest", "dir", dir, "err", err)
+		}
+		return
+	}
+	m.checker.Trust(dir, man)
+}
+
 func dirFiles(dir string) ([]string, int64, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -171,9 +187,17 @@ func dirFiles(dir string) ([]string, int64, error) {
 			return nil, 0, err
 		}
 		names = append(names, e.Name())
-		size += fi.Size()
+		size += allocated(fi)
 	}
 	return names, size, nil
+}
+
+// allocated is the disk space a file takes (holes are free).
+func allocated(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
 }
 
 func copyFile(from, to string) error {
@@ -252,12 +276,15 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 // wake resumes a restored VM, connects its agent, and sets its clock,
 // entropy and (for a new sandbox) its identity before any user command.
 func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
+	t0 := time.Now()
 	if err := b.vm.Resume(ctx); err != nil {
 		return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
 	}
+	t1 := time.Now()
 	if err := m.connect(ctx, b); err != nil {
 		return err
 	}
+	t2 := time.Now()
 	c, err := m.agent(ctx, b)
 	if err != nil {
 		return err
@@ -271,5 +298,6 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
 	}
+	m.log.Debug("sandbox woken", "sandbox_id", b.id, "resume", t1.Sub(t0), "connect", t2.Sub(t1), "prepare", time.Since(t2))
 	return nil
 }
