@@ -47,11 +47,17 @@ func benchServices(ctx context.Context, c *client.Client, sb client.Sandbox, t *
 	if err != nil {
 		return err
 	}
-	v50, f50, d50 := pct(via, 0.5), pct(viaFresh, 0.5), pct(direct, 0.5)
+	goDirect, err := guestGoTimes(ctx, c, sb.ID, n)
+	if err != nil {
+		return err
+	}
+	v50, f50, d50, g50 := pct(via, 0.5), pct(viaFresh, 0.5), pct(direct, 0.5), pct(goDirect, 0.5)
 	t.add(fmt.Sprintf("HTTP GET via service URL (path form, keep-alive), p50 / p99 of %d", n), ms(v50)+" / "+ms(pct(via, 0.99)), "")
 	t.add("same, a new connection per request, p50", ms(f50), "new port-forward stream and guest TCP connection")
 	t.add("same GET by curl inside the guest to 127.0.0.1, p50", ms(d50), "baseline, same run (curl time_total, new connection)")
-	t.add("service URL ÷ in-guest GET (p50; keep-alive / new connection)", fmt.Sprintf("%.1f× / %.1f×", float64(v50)/float64(d50), float64(f50)/float64(d50)), "")
+	t.add("service URL ÷ in-guest curl GET (p50; keep-alive / new connection)", fmt.Sprintf("%.1f× / %.1f×", float64(v50)/float64(d50), float64(f50)/float64(d50)), "")
+	t.add("same GET by a keep-alive Go client inside the guest, p50", ms(g50), "baseline, same run")
+	t.add("service URL (keep-alive) ÷ in-guest Go client (p50)", fmt.Sprintf("%.1f×", float64(v50)/float64(g50)), "")
 	const size = 64 << 20
 	if err := get("bytes?n="+strconv.Itoa(8<<20), io.Discard); err != nil { // warm up
 		return err
@@ -153,6 +159,27 @@ func guestCurlTimes(ctx context.Context, c *client.Client, id string, n int) ([]
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no curl timings: %q", r.Stderr)
+	}
+	return out, nil
+}
+
+// guestGoTimes runs n keep-alive GETs of /ping with guestsvc -get in the guest.
+func guestGoTimes(ctx context.Context, c *client.Client, id string, n int) ([]time.Duration, error) {
+	r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: []string{"/usr/local/bin/guestsvc", "-n", strconv.Itoa(n),
+		"-get", fmt.Sprintf("http://127.0.0.1:%d/ping", svcPort)}})
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for _, f := range strings.Fields(r.Stdout) {
+		ns, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("guestsvc time %q: %w", f, err)
+		}
+		out = append(out, time.Duration(ns))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no guestsvc timings: %q", r.Stderr)
 	}
 	return out, nil
 }

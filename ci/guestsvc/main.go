@@ -22,7 +22,16 @@ import (
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:9000", "address to serve on")
+	get := flag.String("get", "", "instead of serving, GET this URL -n times with keep-alive and print each duration in ns")
+	n := flag.Int("n", 100, "requests for -get")
 	flag.Parse()
+	if *get != "" {
+		if err := timeGets(*get, *n); err != nil {
+			fmt.Fprintln(os.Stderr, "guestsvc:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := http.ListenAndServe(*addr, newMux()); err != nil {
 		fmt.Fprintln(os.Stderr, "guestsvc:", err)
 		os.Exit(1)
@@ -80,6 +89,28 @@ func newMux() *http.ServeMux {
 	})
 	mux.HandleFunc("/ws", echo)
 	return mux
+}
+
+// timeGets is the in-guest baseline of the service-URL benchmark: the
+// same keep-alive GETs, made from inside the sandbox.
+func timeGets(url string, n int) error {
+	c := &http.Client{}
+	for i := 0; i <= n; i++ { // the first one opens the connection
+		start := time.Now()
+		resp, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Println(time.Since(start).Nanoseconds())
+		}
+	}
+	return nil
 }
 
 // echo sends every WebSocket message back.
