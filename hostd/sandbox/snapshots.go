@@ -160,11 +160,20 @@ func (m *Manager) freezeDisk(ctx context.Context, b *box, sn store.Snapshot) err
 	return nil
 }
 
+// writeManifest sums a fresh snapshot's files and writes their manifest,
+// unless they changed since the capture: then the snapshot stays without
+// one, and is refused.
 func (m *Manager) writeManifest(dir string, names []string) {
-	man, err := snapshot.WriteManifest(dir, names)
+	man, err := snapshot.Sums(dir, names)
+	if err == nil && !m.checker.Unchanged(dir) {
+		err = errors.New("files changed after the capture")
+	}
+	if err == nil {
+		err = man.Write(dir)
+	}
 	if err != nil {
 		if _, serr := os.Stat(dir); serr == nil {
-			m.log.Error("snapshot manifest", "dir", dir, "err", err)
+			m.log.Error("snapshot manifest not written", "dir", dir, "err", err)
 		}
 		return
 	}
