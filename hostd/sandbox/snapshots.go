@@ -95,8 +95,18 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 	if err != nil {
 		return store.Snapshot{}, err
 	}
+	env := map[string]string{}
+	for _, m := range []map[string]string{rec.Env, opts.Env} {
+		for k, v := range m {
+			env[k] = v
+		}
+	}
+	cwd := b.cwd
+	if opts.Cwd != "" {
+		cwd = opts.Cwd
+	}
 	sn := store.Snapshot{ID: "sn-" + randomHex(6), Kind: opts.Kind, SandboxID: b.id, ParentID: b.snapshotID,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: rec.Env, Cwd: b.cwd, Backend: m.opts.Driver.Name(),
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd, Backend: m.opts.Driver.Name(),
 		CacheKey: opts.CacheKey, CreatedAt: time.Now().UTC()}
 	sn.Dir = m.snapshotDir(sn.ID)
 	if err := os.MkdirAll(sn.Dir, 0o700); err != nil {
