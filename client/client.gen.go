@@ -395,6 +395,12 @@ type SnapshotRequest struct {
 	// CacheKey Recorded cache key (template build steps).
 	CacheKey string `json:"cache_key,omitempty"`
 
+	// Cwd Default working directory of commands in sandboxes started from this snapshot.
+	Cwd string `json:"cwd,omitempty"`
+
+	// Env Added to the env of sandboxes started from this snapshot (on top of the sandbox's own).
+	Env map[string]string `json:"env,omitempty"`
+
 	// Kind Recorded kind ("step" for template build steps).
 	Kind SnapshotRequestKind `json:"kind,omitempty"`
 

@@ -154,12 +154,12 @@ func (b *builder) run(ctx context.Context, start int, snap, tmplSnap string) (la
 		if err := b.step(ctx, sb.ID, i, &st); err != nil {
 			return "", &StepError{Step: i + 1, Err: fmt.Errorf("%s: %w", s, err)}
 		}
-		if last, err = b.snapshot(ctx, sb.ID, b.keys[i+1]); err != nil {
+		if last, err = b.snapshot(ctx, sb.ID, b.keys[i+1], st); err != nil {
 			return "", &StepError{Step: i + 1, Err: err}
 		}
 	}
 	if b.n == 0 {
-		return b.snapshot(ctx, sb.ID, b.keys[0])
+		return b.snapshot(ctx, sb.ID, b.keys[0], st)
 	}
 	return last, nil
 }
@@ -210,8 +210,10 @@ func (b *builder) deleteSandbox(ctx context.Context, id string) {
 	}
 }
 
-func (b *builder) snapshot(ctx context.Context, id, key string) (string, error) {
-	sn, err := b.c.Snapshot(ctx, id, client.SnapshotRequest{Kind: client.SnapshotRequestKindStep, CacheKey: key})
+// snapshot takes step snapshot key; sandboxes started from it (the
+// template's) get the env and workdir that the steps so far set.
+func (b *builder) snapshot(ctx context.Context, id, key string, st state) (string, error) {
+	sn, err := b.c.Snapshot(ctx, id, client.SnapshotRequest{Kind: client.SnapshotRequestKindStep, CacheKey: key, Env: st.env, Cwd: st.workdir})
 	if err != nil {
 		return "", fmt.Errorf("snapshot: %w", err)
 	}

@@ -222,7 +222,22 @@ func checkCorrupt(t *testing.T, m *sandbox.Manager, id, firstSnap, data string) 
 // in the chain goes by itself once nothing uses it.
 func checkGC(t *testing.T, m *sandbox.Manager, id, firstSnap, data string) {
 	ctx := context.Background()
+	latest, err := m.Snapshot(ctx, id, sandbox.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The chain of the newest snapshot must not need the deleted sandbox.
+	r, err := m.Create(ctx, sandbox.CreateOptions{Snapshot: latest.ID})
+	if err != nil {
+		t.Fatalf("restore after the source sandbox is gone: %v", err)
+	}
+	if got := sh(t, m, r.ID, "cat /root/from-parent"); got != "parent\n" {
+		t.Errorf("restored after the source is gone: got %q", got)
+	}
+	if err := m.Delete(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.DeleteSnapshot(ctx, firstSnap); !errors.Is(err, sandbox.ErrInUse) {

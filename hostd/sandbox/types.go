@@ -90,6 +90,10 @@ type SnapshotOptions struct {
 	Kind string
 	// CacheKey is recorded for template build steps.
 	CacheKey string
+	// Env is added to the env, and Cwd replaces the default working
+	// directory, of sandboxes started from the snapshot.
+	Env map[string]string
+	Cwd string
 }
 
 // SnapshotInfo describes a snapshot.
