@@ -73,10 +73,11 @@ type Manager struct {
 	log     *slog.Logger
 	checker *snapshot.Checker
 
-	mu      sync.Mutex
-	boxes   map[string]*box
-	pools   map[string]*pool
-	closing atomic.Bool
+	mu       sync.Mutex
+	boxes    map[string]*box
+	pools    map[string]*pool
+	closing  atomic.Bool
+	resumeMu sync.Mutex
 }
 
 // box is a live sandbox: its VM and agent connection.
