@@ -92,6 +92,12 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
 			log.Error("agent server stopped", "err", err)
 		}
 	}()
+	pf := router.Listen(vmm.PortForwardPort)
+	go func() {
+		if err := ServePortForward(pf, log); err != nil {
+			log.Error("port forward stopped", "err", err)
+		}
+	}()
 	started := 0
 	if dev, err := findSerialPort(SerialPortName, 3*time.Second); err == nil {
 		go router.ServeSerial(dev)

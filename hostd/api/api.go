@@ -36,6 +36,7 @@ type Manager interface {
 	Rename(ctx context.Context, id, from, to string) error
 	SnapshotManager
 	LimitManager
+	SessionManager
 }
 
 // Authenticator decides whether a request may use the /v1 API. It returns
@@ -68,6 +69,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics serves GET /metrics (behind the API key); nil answers 404.
 	Metrics http.Handler
+	// Ports issues service-URL access (*portproxy.Proxy); nil answers the
+	// ports routes with 501.
+	Ports Ports
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -82,6 +86,7 @@ var publicRoutes = map[string]bool{
 // server implements the generated ServerInterface.
 type server struct {
 	m       Manager
+	ports   Ports
 	health  func() HealthInfo
 	log     *slog.Logger
 	metrics http.Handler
@@ -95,7 +100,7 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, health: opts.Health, log: log, metrics: opts.Metrics}
+	s := &server{m: opts.Manager, ports: opts.Ports, health: opts.Health, log: log, metrics: opts.Metrics}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

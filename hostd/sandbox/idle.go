@@ -72,23 +72,21 @@ func (m *Manager) running(ctx context.Context, id string) (*box, error) {
 		}
 		return b, err
 	}
-	m.resumeMu.Lock()
-	defer m.resumeMu.Unlock()
-	if b, err := m.live(ctx, id); err == nil {
-		b.touch()
-		return b, nil
-	}
 	rec, gerr := m.opts.Store.GetSandbox(ctx, id)
 	if gerr != nil || State(rec.State) != StatePaused {
 		return nil, err
 	}
 	m.log.Info("auto-resuming paused sandbox", "sandbox_id", id)
-	if _, err := m.Resume(ctx, id); err != nil {
-		return nil, fmt.Errorf("sandbox: auto-resume: %w", err)
-	}
+	// Resume runs one at a time; one that lost a race with another
+	// fails, and the sandbox is then running.
+	_, rerr := m.Resume(ctx, id)
 	b, err = m.live(ctx, id)
-	if b != nil {
-		b.touch()
+	if err != nil {
+		if rerr != nil {
+			return nil, fmt.Errorf("sandbox: auto-resume: %w", rerr)
+		}
+		return nil, err
 	}
-	return b, err
+	b.touch()
+	return b, nil
 }

@@ -88,14 +88,13 @@ type Manager struct {
 	log     *slog.Logger
 	checker *snapshot.Checker
 
-	mu      sync.Mutex
-	boxes   map[string]*box
-	pools   map[string]*pool
-	closing atomic.Bool
-	meters  map[string]*meter
-	ttls    map[string]*ttl
-	// resumeMu serializes auto-resumes.
+	mu       sync.Mutex
+	boxes    map[string]*box
+	pools    map[string]*pool
+	closing  atomic.Bool
 	resumeMu sync.Mutex
+	meters   map[string]*meter
+	ttls     map[string]*ttl
 	// baseMiB is the base image's virtual size, the most disk_mib can be.
 	baseMiB int
 }

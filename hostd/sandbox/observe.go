@@ -72,19 +72,19 @@ func (m *Manager) withLimits(ctx context.Context, info Info) Info {
 }
 
 // execDeadline kills exec execID's process group once its timeout (or the
-// sandbox's exec_timeout_s) passes; call the returned func when it ends.
-func (m *Manager) execDeadline(b *box, c *agentclient.Client, execID string, timeoutS int) func() {
+// sandbox's exec_timeout_s) passes, whether or not a client still follows
+// it (killing a session that has exited does nothing).
+func (m *Manager) execDeadline(b *box, c *agentclient.Client, execID string, timeoutS int) {
 	if timeoutS == 0 {
 		timeoutS = b.limits.ExecTimeoutS
 	}
 	if timeoutS <= 0 {
-		return func() {}
+		return
 	}
-	t := time.AfterFunc(time.Duration(timeoutS)*time.Second, func() {
+	time.AfterFunc(time.Duration(timeoutS)*time.Second, func() {
 		m.log.Info("exec timeout reached; killing", "sandbox_id", b.id, "exec_id", execID, "timeout_s", timeoutS)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = c.Signal(ctx, execID, syscall.SIGKILL)
 	})
-	return func() { t.Stop() }
 }

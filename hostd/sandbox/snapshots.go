@@ -95,8 +95,18 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 	if err != nil {
 		return store.Snapshot{}, err
 	}
+	env := map[string]string{}
+	for _, m := range []map[string]string{rec.Env, opts.Env} {
+		for k, v := range m {
+			env[k] = v
+		}
+	}
+	cwd := b.cwd
+	if opts.Cwd != "" {
+		cwd = opts.Cwd
+	}
 	sn := store.Snapshot{ID: "sn-" + randomHex(6), Kind: opts.Kind, SandboxID: b.id, ParentID: b.snapshotID,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: rec.Env, Cwd: b.cwd, Backend: m.opts.Driver.Name(),
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd, Backend: m.opts.Driver.Name(),
 		CacheKey: opts.CacheKey, CreatedAt: time.Now().UTC()}
 	sn.Dir = m.snapshotDir(sn.ID)
 	if err := os.MkdirAll(sn.Dir, 0o700); err != nil {
@@ -163,11 +173,20 @@ func (m *Manager) freezeDisk(ctx context.Context, b *box, sn store.Snapshot) err
 	return nil
 }
 
+// writeManifest sums a fresh snapshot's files and writes their manifest,
+// unless they changed since the capture: then the snapshot stays without
+// one, and is refused.
 func (m *Manager) writeManifest(dir string, names []string) {
-	man, err := snapshot.WriteManifest(dir, names)
+	man, err := snapshot.Sums(dir, names)
+	if err == nil && !m.checker.Unchanged(dir) {
+		err = errors.New("files changed after the capture")
+	}
+	if err == nil {
+		err = man.Write(dir)
+	}
 	if err != nil {
 		if _, serr := os.Stat(dir); serr == nil {
-			m.log.Error("snapshot manifest", "dir", dir, "err", err)
+			m.log.Error("snapshot manifest not written", "dir", dir, "err", err)
 		}
 		return
 	}

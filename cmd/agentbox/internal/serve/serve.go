@@ -41,6 +41,9 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "kernel", Usage: "guest kernel (default " + filepath.Join(cache, "kernel", "vmlinux") + ")", Sources: cli.EnvVars("AGENTBOX_KERNEL")},
 			&cli.StringFlag{Name: "initramfs", Usage: "guest initramfs (default " + filepath.Join(cache, "initramfs.cpio.gz") + ")", Sources: cli.EnvVars("AGENTBOX_INITRAMFS")},
 			&cli.StringFlag{Name: "base-image", Usage: "base root image (default " + filepath.Join(cache, "images", "base.qcow2") + ")", Sources: cli.EnvVars("AGENTBOX_BASE_IMAGE")},
+			&cli.StringFlag{Name: "domain", Usage: "serve host-based service URLs at {port}-{sandbox}.DOMAIN (wildcard DNS to this host)", Sources: cli.EnvVars("AGENTBOX_DOMAIN")},
+			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS (and HTTP/2) with this certificate (PEM)", Sources: cli.EnvVars("AGENTBOX_TLS_CERT")},
+			&cli.StringFlag{Name: "tls-key", Usage: "the key of --tls-cert (PEM)", Sources: cli.EnvVars("AGENTBOX_TLS_KEY")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -58,6 +61,9 @@ func Command() *cli.Command {
 				BaseImage: cmd.String("base-image"),
 				VMM:       cmd.String("vmm"),
 				Accel:     cmd.String("accel"),
+				Domain:    cmd.String("domain"),
+				TLSCert:   cmd.String("tls-cert"),
+				TLSKey:    cmd.String("tls-key"),
 				Logger:    log,
 			})
 		},
