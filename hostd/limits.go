@@ -1,11 +1,14 @@
 package hostd
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -73,4 +76,30 @@ func vmmOwner(cfg Config, drv vmm.Driver) (*sandbox.Owner, error) {
 		return nil, fmt.Errorf("hostd: VMMUser %q: want an unprivileged user (uid %s): %v", cfg.VMMUser, u.Uid, err)
 	}
 	return &sandbox.Owner{UID: uid, GID: gid}, nil
+}
+
+// LimitsFile is the JSON file of `agentbox serve --limits`:
+//
+//	{"default": {"cpu_quota": 1, "max_pids": 512, "idle_timeout_s": 900},
+//	 "max": {"cpu_quota": 2, "host_memory_mib": 8192},
+//	 "keys": {"team-a": {"vcpus": 2, "memory_mib": 2048, "limits": {"cpu_quota": 1}}}}
+type LimitsFile struct {
+	sandbox.LimitOptions
+	Keys map[string]sandbox.Maximums `json:"keys"`
+}
+
+// LoadLimits reads a LimitsFile into cfg.
+func LoadLimits(path string, cfg *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("hostd: limits: %w", err)
+	}
+	var f LimitsFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return fmt.Errorf("hostd: limits %s: %w", path, err)
+	}
+	cfg.Limits, cfg.KeyMaximums = f.LimitOptions, f.Keys
+	return nil
 }

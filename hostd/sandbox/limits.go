@@ -50,10 +50,10 @@ const (
 // sizes in CreateOptions.
 type LimitOptions struct {
 	// Default fills the zero fields of a request's Limits.
-	Default Limits
+	Default Limits `json:"default"`
 	// Max bounds each field of a request (0 = unbounded; DiskMiB is always
 	// bounded by the base image).
-	Max Limits
+	Max Limits `json:"max"`
 }
 
 // limitStore persists limits (hostd/store implements it).

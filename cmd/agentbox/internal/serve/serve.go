@@ -44,6 +44,8 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "domain", Usage: "serve host-based service URLs at {port}-{sandbox}.DOMAIN (wildcard DNS to this host)", Sources: cli.EnvVars("AGENTBOX_DOMAIN")},
 			&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS (and HTTP/2) with this certificate (PEM)", Sources: cli.EnvVars("AGENTBOX_TLS_CERT")},
 			&cli.StringFlag{Name: "tls-key", Usage: "the key of --tls-cert (PEM)", Sources: cli.EnvVars("AGENTBOX_TLS_KEY")},
+			&cli.StringFlag{Name: "vmm-user", Usage: "unprivileged user QEMU drops to after opening its files (e.g. nobody)", Sources: cli.EnvVars("AGENTBOX_VMM_USER")},
+			&cli.StringFlag{Name: "limits", Usage: "JSON file of default and maximum sandbox limits, and per-API-key maximums", Sources: cli.EnvVars("AGENTBOX_LIMITS")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -52,7 +54,7 @@ func Command() *cli.Command {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, &slog.HandlerOptions{Level: level}))
-			return hostd.Run(ctx, hostd.Config{
+			cfg := hostd.Config{
 				Listen:    cmd.String("listen"),
 				DataDir:   cmd.String("data-dir"),
 				APIKey:    cmd.String("api-key"),
@@ -65,7 +67,14 @@ func Command() *cli.Command {
 				TLSCert:   cmd.String("tls-cert"),
 				TLSKey:    cmd.String("tls-key"),
 				Logger:    log,
-			})
+				VMMUser:   cmd.String("vmm-user"),
+			}
+			if p := cmd.String("limits"); p != "" {
+				if err := hostd.LoadLimits(p, &cfg); err != nil {
+					return err
+				}
+			}
+			return hostd.Run(ctx, cfg)
 		},
 	}
 }
