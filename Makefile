@@ -58,6 +58,8 @@ test-unit:
 
 test-vm: assets
 	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(VM_PKGS)
+	@echo "Cloud Hypervisor end-to-end (runs only where the binary and working KVM exist):"
+	go test -count=1 -v -run TestConformanceRealCloudHypervisor ./vmm/cloudhypervisor/
 
 bench: assets build
 	go run ./ci/bench

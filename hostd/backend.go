@@ -22,34 +22,19 @@ func chooseDriver(ctx context.Context, cfg Config) (vmm.Driver, api.HealthInfo, 
 		return nil, api.HealthInfo{}, err
 	}
 	log := cfg.Logger
-	var kvmErr error
-	kvmProbed := false
-	probe := func() error {
-		if !kvmProbed {
-			kvmErr = qemu.ProbeKVM(ctx, "", cfg.Kernel, cfg.Initramfs)
-			kvmProbed = true
-		}
-		return kvmErr
-	}
 	if cfg.VMM == "cloud-hypervisor" || cfg.VMM == "auto" {
-		_, chErr := cloudhypervisor.Available()
+		d, err := tryCloudHypervisor(ctx, cfg)
 		switch {
-		case chErr == nil && (cfg.VMM == "cloud-hypervisor" || probe() == nil):
-			d, err := cloudhypervisor.New(cloudhypervisor.Options{DataDirs: []string{cfg.DataDir, CacheDir()}, Logger: log})
-			if err != nil {
-				return nil, api.HealthInfo{}, fmt.Errorf("hostd: %w", err)
-			}
+		case err == nil:
 			return d, api.HealthInfo{VMM: d.Name(), Accel: string(vmm.AccelKVM)}, nil
 		case cfg.VMM == "cloud-hypervisor":
-			return nil, api.HealthInfo{}, fmt.Errorf("hostd: --vmm cloud-hypervisor: %w", chErr)
-		case chErr != nil:
-			log.Info("cloud-hypervisor not used", "reason", chErr)
+			return nil, api.HealthInfo{}, fmt.Errorf("hostd: --vmm cloud-hypervisor: %w", err)
 		default:
-			log.Info("cloud-hypervisor not used", "reason", kvmErr)
+			log.Info("cloud-hypervisor not used", "reason", err)
 		}
 	}
 	if accel == vmm.AccelAuto {
-		if err := probe(); err != nil {
+		if err := qemu.ProbeKVM(ctx, "", cfg.Kernel, cfg.Initramfs); err != nil {
 			log.Info("kvm not used; falling back to tcg", "reason", err)
 			accel = vmm.AccelTCG
 		} else {
@@ -61,4 +46,23 @@ func chooseDriver(ctx context.Context, cfg Config) (vmm.Driver, api.HealthInfo, 
 		return nil, api.HealthInfo{}, fmt.Errorf("hostd: %w", err)
 	}
 	return d, api.HealthInfo{VMM: d.Name(), Accel: string(d.Accel())}, nil
+}
+
+// tryCloudHypervisor returns a Cloud Hypervisor driver when its binary is
+// installed and, for vmm=auto, when it really boots a guest under KVM.
+func tryCloudHypervisor(ctx context.Context, cfg Config) (vmm.Driver, error) {
+	bin, err := cloudhypervisor.Available()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.VMM == "auto" {
+		if err := cloudhypervisor.ProbeKVM(ctx, bin, cfg.Kernel, cfg.Initramfs); err != nil {
+			return nil, err
+		}
+	}
+	d, err := cloudhypervisor.New(cloudhypervisor.Options{Binary: bin, DataDirs: []string{cfg.DataDir, CacheDir()}, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
