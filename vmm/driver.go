@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 )
 
 // AgentPort is the channel port on which guestinit serves its ttrpc services.
@@ -67,6 +68,19 @@ type Config struct {
 	Disks []Disk
 	// ConsoleLog receives the guest's serial console.
 	ConsoleLog string
+	// Net, if set, gives the guest one virtio-net NIC on a tap device.
+	// Nil means no network device at all.
+	Net *Net
+}
+
+// Net is the guest's NIC: a tap device opened by the caller (in the
+// sandbox's network namespace) and handed to the VMM as a file descriptor.
+type Net struct {
+	// Tap is an open tap queue; the driver passes it to the VMM process and
+	// does not close it.
+	Tap *os.File
+	// MAC is the guest NIC's address (aa:bb:cc:dd:ee:ff).
+	MAC string
 }
 
 // Validate reports the first problem with c, wrapped in ErrInvalidConfig.
@@ -84,6 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: memory %d MiB < 64", ErrInvalidConfig, c.MemoryMiB)
 	case c.ConsoleLog == "":
 		return fmt.Errorf("%w: empty ConsoleLog", ErrInvalidConfig)
+	case c.Net != nil && (c.Net.Tap == nil || c.Net.MAC == ""):
+		return fmt.Errorf("%w: Net needs Tap and MAC", ErrInvalidConfig)
 	}
 	return nil
 }

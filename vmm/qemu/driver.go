@@ -141,6 +141,9 @@ func (d *Driver) args(cfg vmm.Config) []string {
 	if cfg.Initramfs != "" {
 		a = append(a, "-initrd", cfg.Initramfs)
 	}
+	if cfg.Net != nil {
+		a = append(a, netArgs(cfg.Net)...)
+	}
 	for i, disk := range cfg.Disks {
 		format := "qcow2"
 		if disk.Raw {
@@ -165,6 +168,9 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, _ st
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if cfg.Net != nil {
+		cmd.ExtraFiles = []*os.File{cfg.Net.Tap} // fd 3, see netArgs
+	}
 	if err := spawn(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
