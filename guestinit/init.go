@@ -69,6 +69,9 @@ func run(log *slog.Logger, booted time.Time) error {
 	if err := loopbackUp(); err != nil {
 		log.Warn("loopback", "err", err)
 	}
+	if err := setupNetwork(args); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
 	reaper := NewReaper()
 	if err := serveAgent(log, reaper, booted); err != nil {
 		return err
