@@ -316,3 +316,13 @@ func randomMAC() string {
 	b[0] = (b[0] | 0x02) &^ 0x01
 	return net.HardwareAddr(b).String()
 }
+
+// InNew creates a named namespace (with nothing in it but loopback) and runs
+// fn on a locked thread inside it. Tests build their upstream namespaces
+// with it; the namespace stays until Remove.
+func InNew(name string, fn func() error) error {
+	if err := os.MkdirAll(bindDir, 0o755); err != nil {
+		return err
+	}
+	return inNewNamed(name, fn)
+}

@@ -80,6 +80,9 @@ var migrations = []string{
 		name       TEXT NOT NULL,
 		created_at INTEGER NOT NULL
 	);`,
+	// 2: egress (hostd/egress): each sandbox's network policy, the network
+	// audit log, and sealed secrets.
+	networkSchema,
 }
 
 func (s *Store) migrate(ctx context.Context) error {
