@@ -50,10 +50,15 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return err
 	}
 	log.Info("vmm chosen", "vmm", health.VMM, "accel", health.Accel)
+	network, box, err := newNetwork(cfg, st)
+	if err != nil {
+		return err
+	}
 	mgr, err := sandbox.New(sandbox.Options{
 		Driver: drv, Store: st, DataDir: cfg.DataDir,
 		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
+		Network: network,
 	})
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
@@ -61,7 +66,8 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("hostd: recover: %w", err)
 	}
-	handler := api.New(api.Options{Manager: mgr, Auth: auth.New(st), Health: func() api.HealthInfo { return health }, Logger: log})
+	handler := api.New(api.Options{Manager: mgr, Auth: auth.New(st), Health: func() api.HealthInfo { return health }, Logger: log,
+		Network: mgr, Secrets: box})
 	return serve(ctx, cfg.Listen, handler, mgr, log, ready)
 }
 

@@ -61,6 +61,10 @@ type Options struct {
 	Auth Authenticator
 	// Health reports the VMM backend for GET /healthz; nil reports "".
 	Health func() HealthInfo
+	// Network serves the network policy and events routes, Secrets the
+	// secrets routes (network.go); nil answers them with 501.
+	Network NetworkManager
+	Secrets SecretStore
 	// Logger receives one line per request and every internal error;
 	// nil discards.
 	Logger *slog.Logger
@@ -77,9 +81,11 @@ var publicRoutes = map[string]bool{
 
 // server implements the generated ServerInterface.
 type server struct {
-	m      Manager
-	health func() HealthInfo
-	log    *slog.Logger
+	m       Manager
+	net     NetworkManager
+	secrets SecretStore
+	health  func() HealthInfo
+	log     *slog.Logger
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -90,7 +96,7 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, health: opts.Health, log: log}
+	s := &server{m: opts.Manager, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

@@ -42,6 +42,8 @@ type Options struct {
 	MaxVCPUs, MaxMemoryMiB         int
 	// BootTimeout bounds a boot to agent-ready.
 	BootTimeout time.Duration
+	// Network gives sandboxes a NIC behind the egress proxy; nil: no NICs.
+	Network Network
 	Logger      *slog.Logger
 }
 
@@ -71,6 +73,7 @@ type Manager struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+	nets  map[string]netAttachment // see network.go
 }
 
 // box is a live sandbox: its VM and agent connection.
@@ -121,7 +124,7 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
 		return nil, err
 	}
-	return &Manager{opts: opts, log: opts.Logger, boxes: map[string]*box{}}, nil
+	return &Manager{opts: opts, log: opts.Logger, boxes: map[string]*box{}, nets: map[string]netAttachment{}}, nil
 }
 
 func newSandboxID() string {
@@ -145,7 +148,7 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 	case opts.TimeoutS < 0:
 		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
 	}
-	return opts, nil
+	return opts, m.resolveNetwork(&opts)
 }
 
 // Create boots a new sandbox and returns once its agent answers.
@@ -162,9 +165,14 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		return Info{}, err
 	}
 	log := m.log.With("sandbox_id", id)
-	b, err := m.boot(ctx, rec)
+	err = m.attachNetwork(ctx, id, opts.Network)
+	var b *box
+	if err == nil {
+		b, err = m.boot(ctx, rec)
+	}
 	if err != nil {
 		log.Error("create failed", "err", err)
+		m.detachNetwork(id)
 		m.removeDir(dir, log)
 		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateFailed), err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
@@ -194,15 +202,17 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, overlay, 0); err != nil {
 		return nil, err
 	}
+	nic, netArgs := m.netOf(rec.ID)
 	cfg := vmm.Config{
 		ID: rec.ID, Dir: rec.Dir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
-		Cmdline: "agentbox.hostname=" + rec.ID, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
-		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"),
+		Cmdline: "agentbox.hostname=" + rec.ID + netArgs, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
+		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"), Net: nic,
 	}
 	vm, err := m.opts.Driver.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	m.releaseTap(rec.ID)
 	b := &box{id: rec.ID, dir: rec.Dir, vm: vm, gone: make(chan struct{})}
 	bctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
 	defer cancel()
@@ -287,6 +297,7 @@ func (m *Manager) teardown(b *box, why error) {
 	if err := b.vm.Stop(ctx); err != nil {
 		log.Error("stop vm", "err", err)
 	}
+	m.detachNetwork(b.id)
 	m.removeDir(b.dir, log)
 }
 
@@ -322,10 +333,12 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		m.teardown(b, ErrDeleted)
 	} else {
 		m.removeDir(rec.Dir, m.log.With("sandbox_id", id))
+		m.detachNetwork(id)
 	}
 	if err := m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), id); err != nil {
 		return err
 	}
+	m.forgetNetwork(context.WithoutCancel(ctx), id)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil
 }

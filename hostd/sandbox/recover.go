@@ -40,7 +40,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.removeDir(filepath.Join(m.opts.DataDir, "sandboxes", e.Name()), m.log)
 		}
 	}
-	return nil
+	return m.sweepNetwork()
 }
 
 // Close stops every live sandbox (their VMs could not outlive hostd) and

@@ -1,0 +1,194 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Network is the sandbox network service (hostd/sandboxnet implements it):
+// a namespace, tap and egress proxy per sandbox.
+type Network interface {
+	// Attach stores id's policy and makes its network; it returns the NIC
+	// and the guest cmdline arguments (nil, "" for mode none).
+	Attach(ctx context.Context, id string, pol egress.Policy) (*vmm.Net, string, error)
+	// ReleaseTap drops hostd's copy of the tap once the VMM has its own.
+	ReleaseTap(id string)
+	// Detach removes id's network (idempotent).
+	Detach(id string) error
+	// Forget removes id's stored policy.
+	Forget(ctx context.Context, id string) error
+	// Sweep removes namespaces that belong to no live sandbox.
+	Sweep() error
+	Policy(ctx context.Context, id string) (egress.Policy, error)
+	SetPolicy(ctx context.Context, id string, pol egress.Policy) error
+	Events(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error)
+}
+
+// netAttachment is what boot gives the VM for its network.
+type netAttachment struct {
+	net     *vmm.Net
+	cmdline string
+}
+
+// resolveNetwork fills in the default policy (a NIC whose only peer is the
+// proxy, with nothing allowed) and turns SecretEnv into placeholder tokens
+// in the env.
+func (m *Manager) resolveNetwork(opts *CreateOptions) error {
+	var pol egress.Policy
+	switch {
+	case opts.Network != nil:
+		pol = *opts.Network
+	case m.opts.Network != nil:
+		pol = egress.Policy{Mode: egress.ModeProxy}
+	default:
+		pol = egress.Policy{Mode: egress.ModeNone}
+	}
+	if pol.Mode == "" {
+		pol.Mode = egress.ModeProxy
+	}
+	if pol.Mode == egress.ModeProxy && m.opts.Network == nil {
+		return fmt.Errorf("%w: this hostd has no sandbox networking (network mode must be none)", ErrInvalid)
+	}
+	if err := pol.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(opts.SecretEnv) > 0 {
+		if pol.Mode != egress.ModeProxy {
+			return fmt.Errorf("%w: secret_env needs network mode proxy", ErrInvalid)
+		}
+		env := maps.Clone(opts.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		pol.Placeholders = map[string]string{}
+		for name, secret := range opts.SecretEnv {
+			token := placeholder(secret)
+			env[name] = token
+			pol.Placeholders[token] = secret
+		}
+		opts.Env = env
+	}
+	opts.Network = &pol
+	return nil
+}
+
+// placeholder is a random token that stands for a secret in the guest.
+func placeholder(secret string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "agentbox-placeholder-" + secret + "-" + hex.EncodeToString(b)
+}
+
+// attachNetwork makes the sandbox's network before boot.
+func (m *Manager) attachNetwork(ctx context.Context, id string, pol *egress.Policy) error {
+	if m.opts.Network == nil || pol == nil {
+		return nil
+	}
+	n, args, err := m.opts.Network.Attach(ctx, id, *pol)
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	m.mu.Lock()
+	m.nets[id] = netAttachment{net: n, cmdline: args}
+	m.mu.Unlock()
+	return nil
+}
+
+// netOf returns the NIC and the extra cmdline of sandbox id.
+func (m *Manager) netOf(id string) (*vmm.Net, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.nets[id]
+	if a.cmdline != "" {
+		return a.net, " " + a.cmdline
+	}
+	return a.net, ""
+}
+
+func (m *Manager) releaseTap(id string) {
+	if m.opts.Network != nil {
+		m.opts.Network.ReleaseTap(id)
+	}
+}
+
+// detachNetwork removes the sandbox's network (namespace, tap, proxy).
+func (m *Manager) detachNetwork(id string) {
+	if m.opts.Network == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.nets, id)
+	m.mu.Unlock()
+	if err := m.opts.Network.Detach(id); err != nil {
+		m.log.Error("remove sandbox network", "sandbox_id", id, "err", err)
+	}
+}
+
+func (m *Manager) forgetNetwork(ctx context.Context, id string) {
+	if m.opts.Network == nil {
+		return
+	}
+	if err := m.opts.Network.Forget(ctx, id); err != nil {
+		m.log.Error("forget sandbox network policy", "sandbox_id", id, "err", err)
+	}
+}
+
+func (m *Manager) sweepNetwork() error {
+	if m.opts.Network == nil {
+		return nil
+	}
+	return m.opts.Network.Sweep()
+}
+
+// NetworkPolicy returns a sandbox's egress policy.
+func (m *Manager) NetworkPolicy(ctx context.Context, id string) (egress.Policy, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return egress.Policy{}, err
+	}
+	if m.opts.Network == nil {
+		return egress.Policy{Mode: egress.ModeNone}, nil
+	}
+	p, err := m.opts.Network.Policy(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return egress.Policy{Mode: egress.ModeNone}, nil
+	}
+	return p, err
+}
+
+// SetNetworkPolicy changes a running sandbox's egress policy; it applies to
+// new connections, requests and DNS queries at once.
+func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, pol egress.Policy) (egress.Policy, error) {
+	if _, err := m.live(ctx, id); err != nil {
+		return egress.Policy{}, err
+	}
+	if m.opts.Network == nil {
+		return egress.Policy{}, fmt.Errorf("%w: this hostd has no sandbox networking", ErrInvalid)
+	}
+	if err := m.opts.Network.SetPolicy(ctx, id, pol); err != nil {
+		if errors.Is(err, egress.ErrInvalidPolicy) {
+			return egress.Policy{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return egress.Policy{}, err
+	}
+	return m.opts.Network.Policy(ctx, id)
+}
+
+// NetworkEvents returns a sandbox's network audit events after the event id
+// after, oldest first.
+func (m *Manager) NetworkEvents(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	if m.opts.Network == nil {
+		return nil, nil
+	}
+	return m.opts.Network.Events(ctx, id, after, limit)
+}
