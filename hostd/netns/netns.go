@@ -30,8 +30,8 @@ import (
 // Fixed addressing. Every namespace is separate, so every sandbox uses the
 // same /30: the host side (the proxy) is HostIP, the guest is GuestIP.
 var (
-	HostIP   = netip.MustParseAddr("10.0.0.1")
-	GuestIP  = netip.MustParseAddr("10.0.0.2")
+	HostIP    = netip.MustParseAddr("10.0.0.1")
+	GuestIP   = netip.MustParseAddr("10.0.0.2")
 	PrefixLen = 30
 )
 

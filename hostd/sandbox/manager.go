@@ -44,7 +44,7 @@ type Options struct {
 	BootTimeout time.Duration
 	// Network gives sandboxes a NIC behind the egress proxy; nil: no NICs.
 	Network Network
-	Logger      *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Validate checks the options.

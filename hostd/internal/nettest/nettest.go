@@ -250,7 +250,6 @@ func (u *Upstream) Hosts() map[string]string {
 	return m
 }
 
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
