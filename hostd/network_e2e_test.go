@@ -80,6 +80,12 @@ func leakCheck() error {
 
 // startNetHostd runs hostd with networking and the upstream's names and CA.
 func startNetHostd(t *testing.T, up *nettest.Upstream) (*client.Client, string) {
+	c, data, _ := startNetHostdPort(t, up)
+	return c, data
+}
+
+// startNetHostdPort is startNetHostd that also returns the API's port.
+func startNetHostdPort(t *testing.T, up *nettest.Upstream) (*client.Client, string, string) {
 	t.Helper()
 	a := vmmtest.FindAssets(t)
 	data := vmmtest.ShortTempDir(t)
@@ -129,7 +135,7 @@ func startNetHostd(t *testing.T, up *nettest.Upstream) (*client.Client, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, data
+	return c, data, u[strings.LastIndex(u, ":")+1:]
 }
 
 // curl runs curl in the guest and returns its stdout and exit code; the
@@ -148,7 +154,7 @@ func curl(t *testing.T, c *client.Client, id string, args ...string) (body strin
 
 func TestNetworkEgress(t *testing.T) {
 	up := nettest.New(t)
-	c, data := startNetHostd(t, up)
+	c, data, apiPort := startNetHostdPort(t, up)
 	ctx := context.Background()
 	secretBytes := make([]byte, 18)
 	_, _ = rand.Read(secretBytes)
@@ -192,7 +198,7 @@ func TestNetworkEgress(t *testing.T) {
 		}
 	})
 	t.Run("denied host", func(t *testing.T) { checkDenied(t, c, sb.ID) })
-	t.Run("no path around the proxy", func(t *testing.T) { checkNoBypass(t, c, sb.ID, up) })
+	t.Run("no path around the proxy", func(t *testing.T) { checkNoBypass(t, c, sb.ID, up, apiPort) })
 	t.Run("header injected", func(t *testing.T) { checkInjection(t, c, sb.ID, up, secret) })
 	t.Run("policy patch takes effect", func(t *testing.T) { checkPatch(t, c, sb.ID) })
 	t.Run("audit events", func(t *testing.T) { checkEvents(t, c, sb.ID) })
@@ -240,13 +246,13 @@ except socket.timeout: print("timeout")`)
 	}
 }
 
-func checkNoBypass(t *testing.T, c *client.Client, id string, up *nettest.Upstream) {
+func checkNoBypass(t *testing.T, c *client.Client, id string, up *nettest.Upstream, apiPort string) {
 	before := len(up.Requests())
 	for _, target := range []string{
-		"http://" + up.IP.String() + "/",           // the upstream by address
+		"http://" + up.IP.String() + "/", // the upstream by address
 		"http://" + nettest.MetadataIP.String() + "/latest/meta-data/",
 		"http://" + nettest.PublicIP.String() + "/", // a public address
-		"http://" + up.HostIP.String() + "/",       // the host's end of the test veth
+		"http://" + up.HostIP.String() + "/",        // the host's end of the test veth
 	} {
 		body, status, _ := curl(t, c, id, target)
 		if status != "403" {
@@ -255,7 +261,8 @@ func checkNoBypass(t *testing.T, c *client.Client, id string, up *nettest.Upstre
 	}
 	// hostd's API port, on the proxy's address or on the host's addresses:
 	// not an allowed port, so refused before any byte is read.
-	for _, target := range []string{"http://10.0.0.1:7070/healthz", "http://" + up.HostIP.String() + ":7070/healthz"} {
+	for _, target := range []string{"http://10.0.0.1:" + apiPort + "/healthz", "http://127.0.0.1:" + apiPort + "/healthz",
+		"http://" + up.HostIP.String() + ":" + apiPort + "/healthz"} {
 		if _, status, exit := curl(t, c, id, target); exit == 0 || status != "000" {
 			t.Errorf("%s: exit %d status %s, want refused", target, exit, status)
 		}
@@ -475,12 +482,14 @@ func TestNetworkNone(t *testing.T) {
 // here by hand) is removed when hostd starts on the same data dir, and
 // another installation's namespace is left alone.
 func TestNetworkOrphansRemovedAtStart(t *testing.T) {
+	a := vmmtest.FindAssets(t)
 	data := vmmtest.ShortTempDir(t)
 	inst := netns.InstallationOf(data)
 	orphan, err := inst.Create("sb-orphan0001")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = orphan.Close() })
 	_ = orphan.CloseSockets()
 	_ = orphan.Tap.Close()
 	other := netns.InstallationOf(data + "-other")
@@ -489,7 +498,6 @@ func TestNetworkOrphansRemovedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = keep.Close() })
-	a := vmmtest.FindAssets(t)
 	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: testKey, VMM: "qemu", Accel: "tcg",
 		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
