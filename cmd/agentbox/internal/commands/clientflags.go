@@ -56,13 +56,13 @@ func printJSON(w io.Writer, v any) error {
 
 // sandboxFlags are create's flags, shared with run.
 func sandboxFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.IntFlag{Name: "vcpus", Usage: "virtual CPUs (default: hostd's)"},
 		&cli.IntFlag{Name: "memory", Usage: "memory in MiB (default: hostd's)"},
 		&cli.StringMapFlag{Name: "env", Usage: "environment of the sandbox's commands, `KEY=VALUE` (repeatable)"},
 		&cli.StringMapFlag{Name: "metadata", Usage: "a label stored with the sandbox, `KEY=VALUE` (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", Usage: "delete the sandbox after this long (e.g. 30m; default: never)"},
-	}
+	}, networkFlags()...)
 }
 
 func createRequest(cmd *cli.Command) (client.CreateSandboxRequest, error) {
@@ -77,7 +77,7 @@ func createRequest(cmd *cli.Command) (client.CreateSandboxRequest, error) {
 	} else if t < 0 {
 		return req, fmt.Errorf("--timeout %v is negative", t)
 	}
-	return req, nil
+	return req, applyNetworkFlags(cmd, &req)
 }
 
 // sortedKeys is for stable output of maps.

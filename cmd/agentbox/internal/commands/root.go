@@ -26,10 +26,11 @@ func Root(stdio IO, extra ...*cli.Command) *cli.Command {
 		Usage: "sandbox microVMs for AI agents",
 		Description: "agentbox serve runs the daemon; the other commands talk to it over its API\n" +
 			"(AGENTBOX_URL, default " + defaultURL + "; key from AGENTBOX_API_KEY or the data directory).",
-		Flags:    globalFlags(),
-		Reader:   stdio.In,
-		Writer:   stdio.Out,
-		Commands: append([]*cli.Command{createCommand(), lsCommand(), rmCommand(), execCommand(), runCommand(), cpCommand()}, extra...),
+		Flags:  globalFlags(),
+		Reader: stdio.In,
+		Writer: stdio.Out,
+		Commands: append([]*cli.Command{createCommand(), lsCommand(), rmCommand(), execCommand(), runCommand(), cpCommand(),
+			networkCommand(), eventsCommand(), secretCommand()}, extra...),
 		// Errors are returned to Run, which owns the exit code.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		ErrWriter:      stdio.Err,

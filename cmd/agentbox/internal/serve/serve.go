@@ -42,6 +42,10 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "initramfs", Usage: "guest initramfs (default " + filepath.Join(cache, "initramfs.cpio.gz") + ")", Sources: cli.EnvVars("AGENTBOX_INITRAMFS")},
 			&cli.StringFlag{Name: "base-image", Usage: "base root image (default " + filepath.Join(cache, "images", "base.qcow2") + ")", Sources: cli.EnvVars("AGENTBOX_BASE_IMAGE")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
+			&cli.StringFlag{Name: "network", Value: "proxy", Usage: "sandbox networking: proxy (a NIC behind the egress proxy) or off (no NICs)",
+				Sources: cli.EnvVars("AGENTBOX_NETWORK"), Validator: oneOf("proxy", "off")},
+			&cli.StringMapFlag{Name: "egress-host", Usage: "resolve an upstream `NAME=ADDRESS` for the egress proxy before the host's resolver (repeatable)"},
+			&cli.StringFlag{Name: "egress-upstream-ca", Usage: "PEM `FILE` of extra roots the egress proxy trusts for upstream TLS"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			var level slog.Level
@@ -50,15 +54,18 @@ func Command() *cli.Command {
 			}
 			log := slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, &slog.HandlerOptions{Level: level}))
 			return hostd.Run(ctx, hostd.Config{
-				Listen:    cmd.String("listen"),
-				DataDir:   cmd.String("data-dir"),
-				APIKey:    cmd.String("api-key"),
-				Kernel:    cmd.String("kernel"),
-				Initramfs: cmd.String("initramfs"),
-				BaseImage: cmd.String("base-image"),
-				VMM:       cmd.String("vmm"),
-				Accel:     cmd.String("accel"),
-				Logger:    log,
+				Listen:           cmd.String("listen"),
+				DataDir:          cmd.String("data-dir"),
+				APIKey:           cmd.String("api-key"),
+				Kernel:           cmd.String("kernel"),
+				Initramfs:        cmd.String("initramfs"),
+				BaseImage:        cmd.String("base-image"),
+				VMM:              cmd.String("vmm"),
+				Accel:            cmd.String("accel"),
+				Network:          cmd.String("network"),
+				EgressHosts:      cmd.StringMap("egress-host"),
+				EgressUpstreamCA: cmd.String("egress-upstream-ca"),
+				Logger:           log,
 			})
 		},
 	}
