@@ -22,7 +22,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/hostd"
-	"github.com/agentbox/agentbox/hostd/internal/nettest"
+	"github.com/agentbox/agentbox/internal/nettest"
 	"github.com/agentbox/agentbox/hostd/netns"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )

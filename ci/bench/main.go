@@ -27,7 +27,17 @@ func main() {
 func run() error {
 	boots := flag.Int("boots", 5, "cold boots to measure")
 	execs := flag.Int("execs", 200, "exec round trips to measure")
+	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
+	netOnly := flag.Bool("network-only", false, "run only the egress proxy benchmarks (no VM)")
 	flag.Parse()
+	if *netOnly {
+		t := &table{}
+		if err := benchNetwork(t, *requests); err != nil {
+			return err
+		}
+		t.print(os.Stdout)
+		return nil
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, stop, err := startHostd(ctx)
@@ -48,6 +58,9 @@ func run() error {
 		if err := b(ctx, c, sb, t, *execs); err != nil {
 			return err
 		}
+	}
+	if err := benchNetwork(t, *requests); err != nil {
+		return err
 	}
 	t.print(os.Stdout)
 	return nil

@@ -34,6 +34,18 @@ var (
 	PublicIP   = netip.MustParseAddr("203.0.113.7")
 )
 
+// TB is the part of testing.TB that New uses (the benchmarks supply their
+// own).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(func())
+}
+
+var _ TB = (testing.TB)(nil)
+
 // Request is what the upstream saw of one request.
 type Request struct {
 	Host   string
@@ -50,6 +62,7 @@ type Upstream struct {
 	// HTTPPort and HTTPSPort are the upstream's ports on IP.
 	HTTPPort, HTTPSPort int
 
+	sinks    []netip.Addr
 	mu       sync.Mutex
 	requests []Request
 	sinkHits atomic.Int64
@@ -57,7 +70,14 @@ type Upstream struct {
 
 // New creates the namespace, the veth pair, the routes and the servers; all
 // of it is removed when the test ends.
-func New(t testing.TB) *Upstream {
+func New(t TB) *Upstream { return newUpstream(t, true) }
+
+// NewWithoutSinks is New without the sink addresses and their host routes
+// (for benchmarks, which probe nothing that must be blocked, and may run
+// beside the tests).
+func NewWithoutSinks(t TB) *Upstream { return newUpstream(t, false) }
+
+func newUpstream(t TB, sinks bool) *Upstream {
 	t.Helper()
 	suffix := randHex(3)
 	k := byte(1 + randByte()%250)
@@ -70,6 +90,9 @@ func New(t testing.TB) *Upstream {
 		t.Fatal(err)
 	}
 	u.CA = ca
+	if sinks {
+		u.sinks = []netip.Addr{MetadataIP, PublicIP}
+	}
 	hostIf, nsIf := "abth"+suffix, "abtn"+suffix
 	t.Cleanup(func() {
 		if l, err := netlink.LinkByName(hostIf); err == nil {
@@ -79,13 +102,13 @@ func New(t testing.TB) *Upstream {
 			t.Errorf("remove %s: %v", u.NS, err)
 		}
 	})
-	if err := netns.InNew(u.NS, func() error { return nsSetup() }); err != nil {
+	if err := netns.InNew(u.NS, func() error { return nsSetup(sinks) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := u.link(hostIf, nsIf); err != nil {
 		t.Fatal(err)
 	}
-	for _, sink := range []netip.Addr{MetadataIP, PublicIP} {
+	for _, sink := range u.sinks {
 		r := &netlink.Route{Dst: prefix32(sink), Gw: u.IP.AsSlice()}
 		if err := netlink.RouteAdd(r); err != nil {
 			t.Fatalf("route %s into the test namespace: %v", sink, err)
@@ -97,13 +120,16 @@ func New(t testing.TB) *Upstream {
 }
 
 // nsSetup runs inside the new namespace: loopback up, owning the sinks.
-func nsSetup() error {
+func nsSetup(sinks bool) error {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return err
 	}
 	if err := netlink.LinkSetUp(lo); err != nil {
 		return err
+	}
+	if !sinks {
+		return nil
 	}
 	for _, a := range []netip.Addr{MetadataIP, PublicIP} {
 		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefix32(a)}); err != nil {
@@ -154,7 +180,7 @@ func (u *Upstream) link(hostIf, nsIf string) error {
 }
 
 // serve opens the listeners inside the namespace and serves them.
-func (u *Upstream) serve(t testing.TB) {
+func (u *Upstream) serve(t TB) {
 	var httpL, httpsL net.Listener
 	var sinks []net.Listener
 	err := netns.Do(u.NS, func() error {
@@ -165,7 +191,7 @@ func (u *Upstream) serve(t testing.TB) {
 		if httpsL, err = net.Listen("tcp4", net.JoinHostPort(u.IP.String(), strconv.Itoa(u.HTTPSPort))); err != nil {
 			return err
 		}
-		for _, a := range []netip.Addr{MetadataIP, PublicIP} {
+		for _, a := range u.sinks {
 			for _, port := range []string{"80", "443"} {
 				l, err := net.Listen("tcp4", net.JoinHostPort(a.String(), port))
 				if err != nil {
