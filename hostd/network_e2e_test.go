@@ -22,8 +22,8 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/hostd"
-	"github.com/agentbox/agentbox/internal/nettest"
 	"github.com/agentbox/agentbox/hostd/netns"
+	"github.com/agentbox/agentbox/internal/nettest"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
