@@ -33,6 +33,9 @@ const (
 	caLocal  = "/usr/local/share/ca-certificates/agentbox-egress.crt"
 )
 
+// errNoNIC: the cmdline asks for a network but no NIC exists.
+var errNoNIC = errors.New("no network interface")
+
 // setupNetwork configures the guest's NIC from the cmdline. Without
 // agentbox.ip the sandbox has no network and nothing is done.
 func setupNetwork(args map[string]string) error {
@@ -48,9 +51,11 @@ func setupNetwork(args map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", argIP, err)
 	}
-	link, err := firstNIC(3 * time.Second)
+	link, err := firstNIC(2 * time.Second)
 	if err != nil {
-		return err
+		// The VMM gave no NIC (a backend without tap support): the guest
+		// simply has no network, which is the safe way to fail.
+		return fmt.Errorf("%w: %w", errNoNIC, err)
 	}
 	if err := netlink.AddrAdd(link, addr); err != nil {
 		return fmt.Errorf("address %s: %w", addr, err)
