@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -216,7 +218,7 @@ func TestNetworkEgress(t *testing.T) {
 	t.Run("denied host", func(t *testing.T) { checkDenied(t, c, sb.ID) })
 	t.Run("no path around the proxy", func(t *testing.T) { checkNoBypass(t, c, sb.ID, up, apiPort) })
 	t.Run("header injected", func(t *testing.T) { checkInjection(t, c, sb.ID, up, secret) })
-	t.Run("policy patch takes effect", func(t *testing.T) { checkPatch(t, c, sb.ID) })
+	t.Run("policy patch takes effect", func(t *testing.T) { checkPatch(t, c, sb.ID, up) })
 	t.Run("audit events", func(t *testing.T) { checkEvents(t, c, sb.ID) })
 	t.Run("secret nowhere in the guest", func(t *testing.T) { checkSecretAbsent(t, c, sb.ID, data, secret) })
 	if up.SinkHits() != 0 {
@@ -346,7 +348,7 @@ func splitStatus(out string) (body, status string) {
 	return out[:i], out[i+1:]
 }
 
-func checkPatch(t *testing.T, c *client.Client, id string) {
+func checkPatch(t *testing.T, c *client.Client, id string, up *nettest.Upstream) {
 	ctx := context.Background()
 	domains := []string{"allowed.test", "*.test"}
 	p, err := c.PatchNetwork(ctx, id, client.NetworkPolicyPatch{AllowDomains: &domains})
@@ -369,6 +371,35 @@ func checkPatch(t *testing.T, c *client.Client, id string) {
 	if _, err := c.PatchNetwork(ctx, id, client.NetworkPolicyPatch{AllowPorts: &bad}); err == nil {
 		t.Error("a bad port was accepted")
 	}
+	// allow_cidrs: a direct connection by address is spliced as TCP.
+	cidrs := []string{up.IP.String() + "/32"}
+	if _, err := c.PatchNetwork(ctx, id, client.NetworkPolicyPatch{AllowCidrs: &cidrs}); err != nil {
+		t.Fatal(err)
+	}
+	body, status, _ = curl(t, c, id, "http://"+up.IP.String()+"/by-address")
+	if status != "200" || !strings.Contains(body, "hello from upstream "+up.IP.String()) {
+		t.Errorf("address in allow_cidrs: got %s %q", status, body)
+	}
+	// Even "everything" does not include the host and the metadata service.
+	cidrs = []string{"0.0.0.0/0"}
+	if _, err := c.PatchNetwork(ctx, id, client.NetworkPolicyPatch{AllowCidrs: &cidrs}); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"http://" + nettest.MetadataIP.String() + "/", "http://" + up.HostIP.String() + "/"} {
+		if body, status, _ := curl(t, c, id, target); status != "403" {
+			t.Errorf("%s with allow_cidrs 0.0.0.0/0: got %s %q, want 403", target, status, body)
+		}
+	}
+	if up.SinkHits() != 0 {
+		t.Errorf("the metadata sink was reached with allow_cidrs 0.0.0.0/0")
+	}
+	cidrs = []string{}
+	if _, err := c.PatchNetwork(ctx, id, client.NetworkPolicyPatch{AllowCidrs: &cidrs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, _ = curl(t, c, id, "http://"+up.IP.String()+"/by-address-again"); status != "403" {
+		t.Errorf("address after allow_cidrs was cleared: got %s, want 403", status)
+	}
 }
 
 func checkEvents(t *testing.T, c *client.Client, id string) {
@@ -376,7 +407,7 @@ func checkEvents(t *testing.T, c *client.Client, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var allowedGet, deniedHTTP, spliced, injected, deniedDNS bool
+	var allowedGet, deniedHTTP, spliced, injected, deniedDNS, byCIDR bool
 	for _, e := range evs {
 		switch {
 		case e.Kind == "http" && e.Host == "allowed.test" && e.Method == "GET" && e.Path == "/plain" && e.Allowed && e.Rule == "domain:allowed.test" && e.BytesIn > 0:
@@ -389,11 +420,13 @@ func checkEvents(t *testing.T, c *client.Client, id string) {
 			injected = true
 		case e.Kind == "dns" && e.Host == "denied.test" && !e.Allowed:
 			deniedDNS = true
+		case e.Kind == "tcp" && e.Allowed && strings.HasPrefix(e.Rule, "cidr:") && e.BytesIn > 0:
+			byCIDR = true
 		}
 	}
-	if !allowedGet || !deniedHTTP || !spliced || !injected || !deniedDNS {
-		t.Errorf("events: allowed GET %v, denied http %v, spliced tls %v, injected https %v, denied dns %v; got %d events",
-			allowedGet, deniedHTTP, spliced, injected, deniedDNS, len(evs))
+	if !allowedGet || !deniedHTTP || !spliced || !injected || !deniedDNS || !byCIDR {
+		t.Errorf("events: allowed GET %v, denied http %v, spliced tls %v, injected https %v, denied dns %v, cidr tcp %v; got %d events",
+			allowedGet, deniedHTTP, spliced, injected, deniedDNS, byCIDR, len(evs))
 		for _, e := range evs {
 			t.Logf("%+v", e)
 		}
@@ -436,6 +469,21 @@ func checkSecretAbsent(t *testing.T, c *client.Client, id, data, secret string) 
 	for _, f := range forms {
 		if bytes.Contains(mem, f) {
 			t.Errorf("the secret (%q) is in the guest's memory", f)
+		}
+	}
+	// Nor is the CA's private key.
+	keyPEM, err := os.ReadFile(filepath.Join(data, "egress-ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyBlock, _ := pem.Decode(keyPEM)
+	key, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range [][]byte{keyBlock.Bytes, keyPEM[30:90], key.D.Bytes()} {
+		if bytes.Contains(mem, f) || bytes.Contains(overlay, f) {
+			t.Error("the egress CA's private key is in the guest")
 		}
 	}
 	// The search itself works: the placeholder the guest does hold is found.

@@ -49,7 +49,7 @@ func (p *Proxy) handle(b *box, c *net.TCPConn) {
 		refuse(c)
 		return
 	}
-	if rule, ok := pol.cidrRule(dst.Addr()); ok && dst.Addr().Unmap() != p.answerAddr() {
+	if rule, ok := pol.cidrRule(dst.Addr()); ok && dst.Addr().Unmap() != p.answerAddr() && !neverDial(dst.Addr()) {
 		ev.Allowed, ev.Rule = true, "cidr:"+rule
 		up, err := p.res.dialer.Dial("tcp", dst.String())
 		if err != nil {

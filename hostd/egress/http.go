@@ -102,7 +102,7 @@ func (p *Proxy) allowRequest(pol *compiled, scheme, sni, host string) (rule, rea
 		return "domain:" + r, ""
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		if r, ok := pol.cidrRule(a); ok {
+		if r, ok := pol.cidrRule(a); ok && !neverDial(a) {
 			return "cidr:" + r, ""
 		}
 	}

@@ -44,7 +44,7 @@ func (r *resolver) lookup(ctx context.Context, host string, pol *compiled) ([]ne
 		return []netip.Addr{a}, nil
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		if _, ok := pol.cidrRule(a); ok {
+		if _, ok := pol.cidrRule(a); ok && !neverDial(a) {
 			return []netip.Addr{a}, nil
 		}
 		return nil, fmt.Errorf("%w: %s is not in allow_cidrs", ErrForbiddenAddress, a)
@@ -56,7 +56,7 @@ func (r *resolver) lookup(ctx context.Context, host string, pol *compiled) ([]ne
 	var ok []netip.Addr
 	for _, a := range addrs {
 		a = a.Unmap()
-		if _, allowed := pol.cidrRule(a); allowed || publicAddr(a) {
+		if _, allowed := pol.cidrRule(a); (allowed && !neverDial(a)) || publicAddr(a) {
 			ok = append(ok, a)
 		}
 	}
@@ -81,6 +81,16 @@ func (r *resolver) dial(ctx context.Context, host string, port int, pol *compile
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// neverDial reports whether a is an address the proxy refuses whatever the
+// policy says: the host itself (loopback, its own addresses), link-local
+// (169.254.169.254), unspecified and multicast. An allow_cidrs of 0.0.0.0/0
+// means "the internet", not "the host and its metadata service".
+func neverDial(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsUnspecified() ||
+		a.IsMulticast() || netip.MustParsePrefix("0.0.0.0/8").Contains(a) || hostAddr(a)
 }
 
 // publicAddr reports whether a is a global unicast address outside the

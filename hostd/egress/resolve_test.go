@@ -41,6 +41,15 @@ func TestLookupRefusesInternal(t *testing.T) {
 	if a, err := r.lookup(ctx, "10.9.1.1", pol); err != nil || a[0].String() != "10.9.1.1" {
 		t.Errorf("literal in allow_cidrs: %v, %v", a, err)
 	}
+	all, _ := compile(Policy{Mode: ModeProxy, AllowCIDRs: []string{"0.0.0.0/0"}})
+	for _, host := range []string{"127.0.0.1", "169.254.169.254", "0.0.0.0"} {
+		if _, err := r.lookup(ctx, host, all); !errors.Is(err, ErrForbiddenAddress) {
+			t.Errorf("%s with allow_cidrs 0.0.0.0/0: %v, want ErrForbiddenAddress", host, err)
+		}
+	}
+	if _, err := r.lookup(ctx, "localhost", all); !errors.Is(err, ErrForbiddenAddress) {
+		t.Errorf("localhost with allow_cidrs 0.0.0.0/0: %v", err)
+	}
 	if a, err := r.lookup(ctx, "UP.test.", pol); err != nil || a[0].String() != "10.250.0.2" {
 		t.Errorf("static map: %v, %v", a, err)
 	}
