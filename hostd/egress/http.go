@@ -209,6 +209,10 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// Unwrap lets http.ResponseController reach the connection (Hijack for
+// protocol upgrades such as WebSocket).
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *countingWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()

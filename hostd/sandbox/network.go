@@ -60,6 +60,9 @@ func (m *Manager) resolveNetwork(opts *CreateOptions) error {
 	if err := pol.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if pol.Mode == egress.ModeProxy {
+		opts.Env = withTrustEnv(opts.Env)
+	}
 	if len(opts.SecretEnv) > 0 {
 		if pol.Mode != egress.ModeProxy {
 			return fmt.Errorf("%w: secret_env needs network mode proxy", ErrInvalid)
@@ -78,6 +81,30 @@ func (m *Manager) resolveNetwork(opts *CreateOptions) error {
 	}
 	opts.Network = &pol
 	return nil
+}
+
+// trustEnv points the TLS stacks that ignore the system store (Python's
+// requests and pip use certifi, Node its own list) at the system bundle,
+// where guestinit installs the egress proxy's CA.
+var trustEnv = map[string]string{
+	"SSL_CERT_FILE":       "/etc/ssl/certs/ca-certificates.crt",
+	"REQUESTS_CA_BUNDLE":  "/etc/ssl/certs/ca-certificates.crt",
+	"PIP_CERT":            "/etc/ssl/certs/ca-certificates.crt",
+	"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt",
+}
+
+// withTrustEnv adds trustEnv to env, keeping the caller's values.
+func withTrustEnv(env map[string]string) map[string]string {
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range trustEnv {
+		if _, set := out[k]; !set {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // placeholder is a random token that stands for a secret in the guest.
