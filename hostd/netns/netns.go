@@ -11,7 +11,6 @@
 package netns
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -44,6 +43,11 @@ const (
 	// address they were sent to.
 	DNSPort = 53
 )
+
+// GuestMAC is every guest NIC's address. Each namespace is its own link, so
+// all guests can share it, and a snapshot's clones (whose device state
+// carries the MAC) need no change.
+const GuestMAC = "52:54:00:ab:00:02"
 
 // TapName is the tap device's name inside each namespace.
 const TapName = "abtap0"
@@ -90,7 +94,7 @@ type Sandbox struct {
 // proxy's sockets. On error nothing is left behind.
 func (inst Installation) Create(id string) (_ *Sandbox, err error) {
 	name := inst.Name(id)
-	s := &Sandbox{ID: id, Name: name, MAC: randomMAC()}
+	s := &Sandbox{ID: id, Name: name, MAC: GuestMAC}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.Close())
@@ -307,22 +311,4 @@ func Do(name string, fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
-}
-
-// randomMAC is a locally administered unicast address.
-func randomMAC() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	b[0] = (b[0] | 0x02) &^ 0x01
-	return net.HardwareAddr(b).String()
-}
-
-// InNew creates a named namespace (with nothing in it but loopback) and runs
-// fn on a locked thread inside it. Tests build their upstream namespaces
-// with it; the namespace stays until Remove.
-func InNew(name string, fn func() error) error {
-	if err := os.MkdirAll(bindDir, 0o755); err != nil {
-		return err
-	}
-	return inNewNamed(name, fn)
 }
