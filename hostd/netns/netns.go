@@ -312,3 +312,13 @@ func Do(name string, fn func() error) error {
 	}()
 	return <-errc
 }
+
+// InNew creates a named namespace (with nothing in it but loopback) and runs
+// fn on a locked thread inside it. Tests build their upstream namespaces
+// with it; the namespace stays until Remove.
+func InNew(name string, fn func() error) error {
+	if err := os.MkdirAll(bindDir, 0o755); err != nil {
+		return err
+	}
+	return inNewNamed(name, fn)
+}
