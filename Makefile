@@ -10,7 +10,7 @@ export AGENTBOX_INITRAMFS ?= $(BIN)/initramfs.cpio.gz
 TOOLBIN := $(CURDIR)/bin/tools
 # Packages whose tests boot real VMs; they run without -race (the guest is
 # the slow part, and the race detector would only slow hostd's side).
-VM_PKGS := ./vmm/qemu/ ./hostd/ ./cmd/agentbox/...
+VM_PKGS := ./vmm/qemu/ ./hostd/ ./hostd/sandbox/ ./cmd/agentbox/...
 GO_TEST_FLAGS ?=
 
 -include mk/*.mk

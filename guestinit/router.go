@@ -1,7 +1,6 @@
 package guestinit
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -92,9 +91,11 @@ func (r *Router) ServeVsock() error {
 	return nil
 }
 
-// ServeSerial runs yamux sessions over the virtio-serial device forever. A
-// session ends when the host disconnects (reads return EOF); the next one
-// starts when the host's first bytes arrive.
+// ServeSerial runs yamux sessions over the virtio-serial device forever.
+// Every host connection starts with channel.ResetMarker: a session ends when
+// the host disconnects (reads return EOF) or when a new marker arrives at a
+// frame boundary (a new host, or a guest restored from a snapshot), and the
+// next session starts right after a marker.
 func (r *Router) ServeSerial(dev string) {
 	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -102,36 +103,39 @@ func (r *Router) ServeSerial(dev string) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), dev) // blocking: reads park a thread, not the poller
+	var start []byte
+	haveStart := false
 	for {
-		first := waitForData(f)
-		conn := &serialConn{r: io.MultiReader(bytes.NewReader(first), f), w: f}
-		sess, err := yamux.Server(conn, YamuxConfig())
-		if err != nil {
-			r.log.Error("yamux", "err", err)
-			return
-		}
-		for {
-			st, err := sess.Accept()
+		if !haveStart {
+			rest, err := waitForMarker(f, nil)
 			if err != nil {
-				break
+				time.Sleep(5 * time.Millisecond) // host not connected: reads return EOF at once
+				continue
 			}
-			go r.route(st)
+			start = rest
 		}
-		sess.Close()
-		r.log.Info("agent channel session ended")
+		rr := &resyncReader{src: f, buf: start}
+		r.serveSession(&serialConn{r: rr, w: f})
+		start, haveStart = rr.rest(), rr.done
 	}
 }
 
-// waitForData blocks until the host sends something and returns it.
-func waitForData(f *os.File) []byte {
-	buf := make([]byte, 64<<10)
-	for {
-		n, _ := f.Read(buf)
-		if n > 0 {
-			return buf[:n]
-		}
-		time.Sleep(5 * time.Millisecond) // host not connected: reads return EOF at once
+// serveSession runs one yamux session until it ends.
+func (r *Router) serveSession(conn *serialConn) {
+	sess, err := yamux.Server(conn, YamuxConfig())
+	if err != nil {
+		r.log.Error("yamux", "err", err)
+		return
 	}
+	for {
+		st, err := sess.Accept()
+		if err != nil {
+			break
+		}
+		go r.route(st)
+	}
+	sess.Close()
+	r.log.Info("agent channel session ended")
 }
 
 // route reads a stream's CONNECT line and hands it to the port's listener.

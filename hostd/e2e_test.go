@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -30,9 +31,17 @@ const testKey = "ab_test-key-for-e2e"
 // a client of it. hostd is stopped when the test ends.
 func startHostd(t *testing.T) (*client.Client, string) {
 	t.Helper()
-	a := vmmtest.FindAssets(t)
 	data := vmmtest.ShortTempDir(t)
-	logf, err := os.Create(filepath.Join(data, "hostd.log"))
+	c, stop := startHostdOn(t, data)
+	t.Cleanup(stop)
+	return c, data
+}
+
+// startHostdOn runs hostd on data dir data; stop ends it (once).
+func startHostdOn(t *testing.T, data string) (*client.Client, func()) {
+	t.Helper()
+	a := vmmtest.FindAssets(t)
+	logf, err := os.OpenFile(filepath.Join(data, "hostd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,22 +62,26 @@ func startHostd(t *testing.T) (*client.Client, string) {
 		cancel()
 		t.Fatalf("hostd: %v", err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hostd: %v", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("hostd log:\n%s", b)
-		}
-		logf.Close()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("hostd: %v", err)
+			}
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("hostd log:\n%s", b)
+			}
+			logf.Close()
+		})
+	}
 	c, err := client.New(url, testKey)
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
-	return c, data
+	return c, stop
 }
 
 func TestEndToEnd(t *testing.T) {

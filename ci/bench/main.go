@@ -46,7 +46,8 @@ func run() error {
 	}
 	defer stop()
 	t := &table{}
-	if err := benchBoot(ctx, c, t, *boots); err != nil {
+	cold, err := benchBoot(ctx, c, t, *boots)
+	if err != nil {
 		return err
 	}
 	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
@@ -58,6 +59,9 @@ func run() error {
 		if err := b(ctx, c, sb, t, *execs); err != nil {
 			return err
 		}
+	}
+	if err := benchSnapshots(ctx, c, t, cold); err != nil {
+		return err
 	}
 	if err := benchNetwork(t, *requests); err != nil {
 		return err

@@ -47,21 +47,21 @@ func pct(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
-func benchBoot(ctx context.Context, c *client.Client, t *table, n int) error {
+func benchBoot(ctx context.Context, c *client.Client, t *table, n int) (time.Duration, error) {
 	var d []time.Duration
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		d = append(d, time.Since(start))
 		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	t.add("cold boot → agent ready (create API), p50 of "+strconv.Itoa(n), ms(pct(d, 0.5)), "min "+ms(pct(d, 0))+", max "+ms(pct(d, 1)))
-	return nil
+	return pct(d, 0.5), nil
 }
 
 func benchExec(ctx context.Context, c *client.Client, sb client.Sandbox, t *table, n int) error {

@@ -8,8 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rndAddEntropy is RNDADDENTROPY from <linux/random.h>.
-const rndAddEntropy = 0x40085203
+// RNDADDENTROPY and RNDRESEEDCRNG from <linux/random.h>.
+const (
+	rndAddEntropy = 0x40085203
+	rndReseedCRNG = 0x5207
+)
 
 // addEntropy writes b into the kernel's input pool with RNDADDENTROPY, which
 // (unlike a plain write to /dev/urandom) credits it and reseeds at once.
@@ -27,6 +30,11 @@ func addEntropy(b []byte) error {
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndAddEntropy, uintptr(unsafe.Pointer(&req[0])))
 	if errno != 0 {
 		return os.NewSyscallError("ioctl RNDADDENTROPY", errno)
+	}
+	// Reseed the CRNG from the pool now, so the very next read differs
+	// between forks that resumed from the same memory.
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndReseedCRNG, 0); errno != 0 {
+		return os.NewSyscallError("ioctl RNDRESEEDCRNG", errno)
 	}
 	return nil
 }

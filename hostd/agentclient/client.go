@@ -76,6 +76,24 @@ func (c *Client) Reseed(ctx context.Context, entropy []byte) error {
 	return fromStatus(err)
 }
 
+// SetIdentity gives the guest a new hostname and machine-id.
+func (c *Client) SetIdentity(ctx context.Context, hostname, machineID string) error {
+	_, err := c.sys.SetIdentity(ctx, &agentv1.SetIdentityRequest{Hostname: hostname, MachineId: machineID})
+	return fromStatus(err)
+}
+
+// Freeze flushes and freezes the guest's filesystems; Thaw undoes it.
+func (c *Client) Freeze(ctx context.Context) error {
+	_, err := c.sys.Freeze(ctx, &agentv1.Empty{})
+	return fromStatus(err)
+}
+
+// Thaw thaws the guest's filesystems.
+func (c *Client) Thaw(ctx context.Context) error {
+	_, err := c.sys.Thaw(ctx, &agentv1.Empty{})
+	return fromStatus(err)
+}
+
 // fromStatus turns a ttrpc status error back into a typed error.
 func fromStatus(err error) error {
 	if err == nil {

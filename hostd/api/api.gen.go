@@ -91,6 +91,9 @@ const (
 	SandboxStateCreating SandboxState = "creating"
 	SandboxStateDeleted  SandboxState = "deleted"
 	SandboxStateFailed   SandboxState = "failed"
+	SandboxStatePaused   SandboxState = "paused"
+	SandboxStatePausing  SandboxState = "pausing"
+	SandboxStateResuming SandboxState = "resuming"
 	SandboxStateRunning  SandboxState = "running"
 	SandboxStateStopping SandboxState = "stopping"
 )
@@ -104,9 +107,33 @@ func (e SandboxState) Valid() bool {
 		return true
 	case SandboxStateFailed:
 		return true
+	case SandboxStatePaused:
+		return true
+	case SandboxStatePausing:
+		return true
+	case SandboxStateResuming:
+		return true
 	case SandboxStateRunning:
 		return true
 	case SandboxStateStopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SnapshotRequestKind.
+const (
+	SnapshotRequestKindSnapshot SnapshotRequestKind = "snapshot"
+	SnapshotRequestKindStep     SnapshotRequestKind = "step"
+)
+
+// Valid indicates whether the value is a known member of the SnapshotRequestKind enum.
+func (e SnapshotRequestKind) Valid() bool {
+	switch e {
+	case SnapshotRequestKindSnapshot:
+		return true
+	case SnapshotRequestKindStep:
 		return true
 	default:
 		return false
@@ -148,6 +175,12 @@ type CreateSandboxRequest struct {
 	// rules use that secret.
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
 
+	// Snapshot Start from this snapshot (its vcpus and memory win).
+	Snapshot string `json:"snapshot,omitempty"`
+
+	// Template Start from this template (claims a warm sandbox when one is ready).
+	Template string `json:"template,omitempty"`
+
 	// TimeoutS Wall-clock lifetime in seconds (0 = none).
 	TimeoutS int `json:"timeout_s,omitempty"`
 
@@ -161,6 +194,15 @@ type CreateSecretRequest struct {
 
 	// Value The secret (1 byte to 64 KiB). Never returned.
 	Value string `json:"value"`
+}
+
+// CreateTemplateRequest defines model for CreateTemplateRequest.
+type CreateTemplateRequest struct {
+	Name string `json:"name"`
+
+	// PoolSize Sandboxes kept restored and paused for fast creates (0 = none).
+	PoolSize   int    `json:"pool_size,omitempty"`
+	SnapshotID string `json:"snapshot_id"`
 }
 
 // Error defines model for Error.
@@ -245,6 +287,11 @@ type FileInfo struct {
 // FileList defines model for FileList.
 type FileList struct {
 	Entries []FileInfo `json:"entries"`
+}
+
+// ForkRequest defines model for ForkRequest.
+type ForkRequest struct {
+	Count int `json:"count"`
 }
 
 // Health defines model for Health.
@@ -374,9 +421,12 @@ type Sandbox struct {
 	ID        string            `json:"id"`
 	MemoryMiB int               `json:"memory_mib"`
 	Metadata  map[string]string `json:"metadata"`
-	State     SandboxState      `json:"state"`
-	TimeoutS  int               `json:"timeout_s"`
-	VCPUs     int               `json:"vcpus"`
+
+	// SnapshotID The snapshot its disk overlays ("" for the base image).
+	SnapshotID string       `json:"snapshot_id,omitempty"`
+	State      SandboxState `json:"state"`
+	TimeoutS   int          `json:"timeout_s"`
+	VCPUs      int          `json:"vcpus"`
 
 	// VMPID The VMM process id while the sandbox runs (0 otherwise).
 	VMPID int `json:"vm_pid"`
@@ -407,6 +457,64 @@ type SignalRequest struct {
 	//
 	// Example: SIGTERM
 	Signal string `json:"signal"`
+}
+
+// Snapshot defines model for Snapshot.
+type Snapshot struct {
+	CacheKey  string    `json:"cache_key"`
+	CreatedAt time.Time `json:"created_at"`
+	ID        string    `json:"id"`
+
+	// Kind snapshot, fork or step.
+	Kind      string `json:"kind"`
+	MemoryMiB int    `json:"memory_mib"`
+
+	// ParentID The snapshot whose disk layer this one's layer overlays ("" for the base image).
+	ParentID string `json:"parent_id"`
+
+	// SandboxID The sandbox it was captured from.
+	SandboxID string `json:"sandbox_id"`
+	SizeBytes int64  `json:"size_bytes"`
+
+	// UsedBy What refers to it ("sandbox ID", "snapshot ID", "template NAME").
+	UsedBy []string `json:"used_by"`
+	VCPUs  int      `json:"vcpus"`
+}
+
+// SnapshotList defines model for SnapshotList.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// SnapshotRequest defines model for SnapshotRequest.
+type SnapshotRequest struct {
+	// CacheKey Recorded cache key (template build steps).
+	CacheKey string `json:"cache_key,omitempty"`
+
+	// Kind Recorded kind ("step" for template build steps).
+	Kind SnapshotRequestKind `json:"kind,omitempty"`
+
+	// StayPaused Leave the sandbox paused after the capture.
+	StayPaused bool `json:"stay_paused,omitempty"`
+}
+
+// SnapshotRequestKind Recorded kind ("step" for template build steps).
+type SnapshotRequestKind string
+
+// Template defines model for Template.
+type Template struct {
+	CreatedAt time.Time `json:"created_at"`
+	Name      string    `json:"name"`
+
+	// PoolReady Warm sandboxes ready now.
+	PoolReady  int    `json:"pool_ready"`
+	PoolSize   int    `json:"pool_size"`
+	SnapshotID string `json:"snapshot_id"`
+}
+
+// TemplateList defines model for TemplateList.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
 }
 
 // GuestPath Example: /root/hello.txt
@@ -487,11 +595,20 @@ type SignalExecJSONRequestBody = SignalRequest
 // MoveFileJSONRequestBody defines body for MoveFile for application/json ContentType.
 type MoveFileJSONRequestBody = MoveRequest
 
+// ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
+type ForkSandboxJSONRequestBody = ForkRequest
+
 // PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
 type PatchSandboxNetworkJSONRequestBody = NetworkPolicyPatch
 
+// SnapshotSandboxJSONRequestBody defines body for SnapshotSandbox for application/json ContentType.
+type SnapshotSandboxJSONRequestBody = SnapshotRequest
+
 // CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
 type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
+type CreateTemplateJSONRequestBody = CreateTemplateRequest
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -543,12 +660,24 @@ type ServerInterface interface {
 	// StatFile Describe a file.
 	// (GET /v1/sandboxes/{id}/files/stat)
 	StatFile(w http.ResponseWriter, r *http.Request, id SandboxID, params StatFileParams)
+	// ForkSandbox Fork a running sandbox into N copy-on-write sandboxes.
+	// (POST /v1/sandboxes/{id}/fork)
+	ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// GetSandboxNetwork The sandbox's egress policy.
 	// (GET /v1/sandboxes/{id}/network)
 	GetSandboxNetwork(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// PatchSandboxNetwork Change a running sandbox's egress policy.
 	// (PATCH /v1/sandboxes/{id}/network)
 	PatchSandboxNetwork(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// PauseSandbox Write the sandbox's memory to disk and release the host memory.
+	// (POST /v1/sandboxes/{id}/pause)
+	PauseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
+	// (POST /v1/sandboxes/{id}/resume)
+	ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// SnapshotSandbox Capture a running sandbox (memory, devices, disk).
+	// (POST /v1/sandboxes/{id}/snapshots)
+	SnapshotSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ListSecrets List the secrets' names (never their values).
 	// (GET /v1/secrets)
 	ListSecrets(w http.ResponseWriter, r *http.Request)
@@ -558,6 +687,27 @@ type ServerInterface interface {
 	// DeleteSecret Delete a secret.
 	// (DELETE /v1/secrets/{name})
 	DeleteSecret(w http.ResponseWriter, r *http.Request, name string)
+	// ListSnapshots List snapshots, oldest first.
+	// (GET /v1/snapshots)
+	ListSnapshots(w http.ResponseWriter, r *http.Request)
+	// DeleteSnapshot Delete a snapshot that nothing uses.
+	// (DELETE /v1/snapshots/{snapshot_id})
+	DeleteSnapshot(w http.ResponseWriter, r *http.Request, snapshotID string)
+	// GetSnapshot Describe a snapshot, with what uses it.
+	// (GET /v1/snapshots/{snapshot_id})
+	GetSnapshot(w http.ResponseWriter, r *http.Request, snapshotID string)
+	// ListTemplates List templates.
+	// (GET /v1/templates)
+	ListTemplates(w http.ResponseWriter, r *http.Request)
+	// CreateTemplate Name a snapshot as a template, with a warm pool.
+	// (POST /v1/templates)
+	CreateTemplate(w http.ResponseWriter, r *http.Request)
+	// DeleteTemplate Delete a template and its warm pool (not its snapshot).
+	// (DELETE /v1/templates/{name})
+	DeleteTemplate(w http.ResponseWriter, r *http.Request, name string)
+	// GetTemplate Describe a template.
+	// (GET /v1/templates/{name})
+	GetTemplate(w http.ResponseWriter, r *http.Request, name string)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -1126,6 +1276,32 @@ func (siw *ServerInterfaceWrapper) StatFile(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// ForkSandbox operation middleware
+func (siw *ServerInterfaceWrapper) ForkSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForkSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetSandboxNetwork operation middleware
 func (siw *ServerInterfaceWrapper) GetSandboxNetwork(w http.ResponseWriter, r *http.Request) {
 
@@ -1169,6 +1345,84 @@ func (siw *ServerInterfaceWrapper) PatchSandboxNetwork(w http.ResponseWriter, r 
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.PatchSandboxNetwork(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PauseSandbox operation middleware
+func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PauseSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeSandbox operation middleware
+func (siw *ServerInterfaceWrapper) ResumeSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SnapshotSandbox operation middleware
+func (siw *ServerInterfaceWrapper) SnapshotSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SnapshotSandbox(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1223,6 +1477,152 @@ func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.DeleteSecret(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSnapshots operation middleware
+func (siw *ServerInterfaceWrapper) ListSnapshots(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSnapshots(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSnapshot operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "snapshot_id" -------------
+	var snapshotID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "snapshot_id", r.PathValue("snapshot_id"), &snapshotID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "snapshot_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSnapshot(w, r, snapshotID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSnapshot operation middleware
+func (siw *ServerInterfaceWrapper) GetSnapshot(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "snapshot_id" -------------
+	var snapshotID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "snapshot_id", r.PathValue("snapshot_id"), &snapshotID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "snapshot_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSnapshot(w, r, snapshotID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListTemplates operation middleware
+func (siw *ServerInterfaceWrapper) ListTemplates(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTemplates(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateTemplate operation middleware
+func (siw *ServerInterfaceWrapper) CreateTemplate(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateTemplate(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteTemplate operation middleware
+func (siw *ServerInterfaceWrapper) DeleteTemplate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteTemplate(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTemplate operation middleware
+func (siw *ServerInterfaceWrapper) GetTemplate(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTemplate(w, r, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1367,6 +1767,17 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/stat", wrapper.StatFile)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/files/mkdir", wrapper.MakeDir)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/files/move", wrapper.MoveFile)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/snapshots", wrapper.SnapshotSandbox)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/fork", wrapper.ForkSandbox)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/pause", wrapper.PauseSandbox)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/resume", wrapper.ResumeSandbox)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/snapshots", wrapper.ListSnapshots)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/snapshots/{snapshot_id}", wrapper.DeleteSnapshot)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/snapshots/{snapshot_id}", wrapper.GetSnapshot)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/templates", wrapper.ListTemplates)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/templates", wrapper.CreateTemplate)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/templates/{name}", wrapper.DeleteTemplate)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/templates/{name}", wrapper.GetTemplate)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/network", wrapper.GetSandboxNetwork)
 	m.HandleFunc(http.MethodPatch+" "+options.BaseURL+"/v1/sandboxes/{id}/network", wrapper.PatchSandboxNetwork)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/events", wrapper.ListSandboxEvents)

@@ -34,6 +34,7 @@ type Manager interface {
 	Mkdir(ctx context.Context, id, path string) error
 	Remove(ctx context.Context, id, path string, recursive bool) error
 	Rename(ctx context.Context, id, from, to string) error
+	SnapshotManager
 }
 
 // Authenticator decides whether a request may use the /v1 API. It returns

@@ -35,6 +35,9 @@ const (
 	CodeExecFailed        = "exec_failed"
 	CodeTimeout           = "timeout"
 	CodeInternal          = "internal"
+	CodeSnapshotInUse     = "snapshot_in_use"
+	CodeSnapshotCorrupt   = "snapshot_corrupt"
+	CodeSandboxPaused     = "sandbox_paused"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -71,6 +74,9 @@ var statusRules = []struct {
 }{
 	{auth.ErrUnauthorized, http.StatusUnauthorized, CodeUnauthorized},
 	{sandbox.ErrNotFound, http.StatusNotFound, CodeSandboxNotFound},
+	{sandbox.ErrInUse, http.StatusConflict, CodeSnapshotInUse},
+	{sandbox.ErrCorrupt, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
+	{sandbox.ErrPaused, http.StatusConflict, CodeSandboxPaused},
 	{sandbox.ErrDeleted, http.StatusConflict, CodeSandboxDeleted},
 	{sandbox.ErrNotRunning, http.StatusConflict, CodeSandboxNotRunning},
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},

@@ -43,6 +43,8 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		Metadata:  req.Metadata,
 		Network:   toPolicy(req.Network),
 		SecretEnv: req.SecretEnv,
+		Snapshot:  req.Snapshot,
+		Template:  req.Template,
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -84,16 +86,17 @@ func (s *server) DeleteSandbox(w http.ResponseWriter, r *http.Request, id Sandbo
 
 func toSandbox(info sandbox.Info) Sandbox {
 	return Sandbox{
-		ID:        info.ID,
-		State:     SandboxState(info.State),
-		VCPUs:     info.VCPUs,
-		MemoryMiB: info.MemoryMiB,
-		Env:       nonNil(info.Env),
-		TimeoutS:  info.TimeoutS,
-		Metadata:  nonNil(info.Metadata),
-		CreatedAt: info.CreatedAt.UTC(),
-		Error:     info.Error,
-		VMPID:     info.VMPID,
+		ID:         info.ID,
+		State:      SandboxState(info.State),
+		VCPUs:      info.VCPUs,
+		MemoryMiB:  info.MemoryMiB,
+		Env:        nonNil(info.Env),
+		TimeoutS:   info.TimeoutS,
+		Metadata:   nonNil(info.Metadata),
+		CreatedAt:  info.CreatedAt.UTC(),
+		Error:      info.Error,
+		VMPID:      info.VMPID,
+		SnapshotID: info.SnapshotID,
 	}
 }
 

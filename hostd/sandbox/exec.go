@@ -51,7 +51,11 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit fun
 	if err != nil {
 		return m.streamErr(b, err)
 	}
-	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: req.Cwd, Stdin: req.Stdin != nil})
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = b.cwd
+	}
+	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil})
 	if err != nil {
 		if errors.Is(err, agentclient.ErrStart) {
 			return fmt.Errorf("%w: %v", ErrExecStart, err)

@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/disk"
 	"github.com/agentbox/agentbox/hostd/agentclient"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -25,6 +27,7 @@ type Store interface {
 	ListSandboxes(ctx context.Context) ([]store.Sandbox, error)
 	SetSandboxState(ctx context.Context, id, state, errMsg string, vmPID int) error
 	DeleteSandbox(ctx context.Context, id string) error
+	snapshotStore
 }
 
 var _ Store = (*store.Store)(nil)
@@ -68,19 +71,31 @@ func (o Options) Validate() error {
 
 // Manager owns every sandbox of one hostd.
 type Manager struct {
-	opts Options
-	log  *slog.Logger
+	opts    Options
+	log     *slog.Logger
+	checker *snapshot.Checker
 
-	mu    sync.Mutex
-	boxes map[string]*box
-	nets  map[string]netAttachment // see network.go
+	mu      sync.Mutex
+	boxes   map[string]*box
+	pools   map[string]*pool
+	nets    map[string]netAttachment // see network.go
+	closing atomic.Bool
 }
 
 // box is a live sandbox: its VM and agent connection.
 type box struct {
-	id   string
-	dir  string
-	vm   vmm.VM
+	id  string
+	dir string
+	vm  vmm.VM
+	// op serializes lifecycle operations (snapshot, pause, delete).
+	op sync.Mutex
+	// overlay is the disk file the VM writes; snapshotID the snapshot whose
+	// layer it overlays; disks counts overlays made, for their names.
+	overlay    string
+	snapshotID string
+	disks      int
+	// cwd is the default working directory of commands (from a template).
+	cwd  string
 	ttl  *time.Timer
 	gone chan struct{} // closed when the sandbox is deleted or fails
 	// why says why gone was closed (ErrDeleted or a failure).
@@ -124,7 +139,8 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
 		return nil, err
 	}
-	return &Manager{opts: opts, log: opts.Logger, boxes: map[string]*box{}, nets: map[string]netAttachment{}}, nil
+	return &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{},
+		nets: map[string]netAttachment{}}, nil
 }
 
 func newSandboxID() string {
@@ -151,46 +167,69 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 	return opts, m.resolveNetwork(&opts)
 }
 
-// Create boots a new sandbox and returns once its agent answers.
+// Create starts a new sandbox (booting the base image, or restoring a
+// snapshot or template) and returns once its agent answers.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) {
-	opts, err := m.resolve(opts)
+	src, err := m.source(ctx, &opts)
 	if err != nil {
 		return Info{}, err
 	}
+	if opts, err = m.resolve(opts); err != nil {
+		return Info{}, err
+	}
+	if opts.Template != "" {
+		if b, rec, ok := m.claim(ctx, opts); ok {
+			return m.adopt(ctx, b, rec)
+		}
+	}
 	id := newSandboxID()
-	dir := filepath.Join(m.opts.DataDir, "sandboxes", id)
 	rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: opts.VCPUs, MemoryMiB: opts.MemoryMiB,
-		Env: opts.Env, Metadata: opts.Metadata, TimeoutS: opts.TimeoutS, CreatedAt: time.Now().UTC(), Dir: dir}
+		Env: opts.Env, Metadata: opts.Metadata, TimeoutS: opts.TimeoutS, CreatedAt: time.Now().UTC(),
+		Dir: filepath.Join(m.opts.DataDir, "sandboxes", id)}
 	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
 		return Info{}, err
 	}
-	log := m.log.With("sandbox_id", id)
-	err = m.attachNetwork(ctx, id, opts.Network)
 	var b *box
-	if err == nil {
+	err = m.attachNetwork(ctx, id, opts.Network)
+	switch {
+	case err != nil:
+	case src != nil:
+		b, err = m.restore(ctx, rec, *src, true)
+	default:
 		b, err = m.boot(ctx, rec)
 	}
 	if err != nil {
-		log.Error("create failed", "err", err)
+		m.log.Error("create failed", "sandbox_id", id, "err", err)
 		m.detachNetwork(id)
-		m.removeDir(dir, log)
+		m.removeDir(rec.Dir, m.log)
 		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateFailed), err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
 	}
+	return m.adopt(ctx, b, rec)
+}
+
+// adopt makes a booted box a running sandbox: records, TTL, watcher.
+func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, error) {
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
-	if err := m.opts.Store.SetSandboxState(ctx, id, rec.State, "", rec.VMPID); err != nil {
+	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay})
+	if err == nil {
+		err = m.opts.Store.SetSandboxState(ctx, b.id, rec.State, "", rec.VMPID)
+	}
+	if err != nil {
 		m.teardown(b, err)
 		return Info{}, err
 	}
 	m.mu.Lock()
-	m.boxes[id] = b
+	m.boxes[b.id] = b
 	m.mu.Unlock()
-	if opts.TimeoutS > 0 {
-		b.ttl = time.AfterFunc(time.Duration(opts.TimeoutS)*time.Second, func() { m.expire(id) })
+	if rec.TimeoutS > 0 {
+		b.ttl = time.AfterFunc(time.Duration(rec.TimeoutS)*time.Second, func() { m.expire(b.id) })
 	}
 	go m.watch(b)
-	log.Info("sandbox running", "vm_pid", rec.VMPID)
-	return infoOf(rec), nil
+	m.log.Info("sandbox running", "sandbox_id", b.id, "vm_pid", rec.VMPID, "snapshot_id", b.snapshotID)
+	info := infoOf(rec)
+	info.SnapshotID = b.snapshotID
+	return info, nil
 }
 
 // boot makes the sandbox's disk, starts its VM and connects its agent.
@@ -198,29 +237,48 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	overlay := filepath.Join(rec.Dir, "root.qcow2")
-	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, overlay, 0); err != nil {
+	b := &box{id: rec.ID, dir: rec.Dir, gone: make(chan struct{})}
+	b.overlay = b.nextOverlay()
+	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, b.overlay, 0); err != nil {
 		return nil, err
 	}
-	nic, netArgs := m.netOf(rec.ID)
-	cfg := vmm.Config{
-		ID: rec.ID, Dir: rec.Dir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
-		Cmdline: "agentbox.hostname=" + rec.ID + netArgs, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
-		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"), Net: nic,
-	}
+	cfg := m.vmConfig(rec, b.overlay)
 	vm, err := m.opts.Driver.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	m.releaseTap(rec.ID)
-	b := &box{id: rec.ID, dir: rec.Dir, vm: vm, gone: make(chan struct{})}
+	b.vm = vm
+	if err := m.connect(ctx, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// nextOverlay names the box's next overlay file.
+func (b *box) nextOverlay() string {
+	p := filepath.Join(b.dir, fmt.Sprintf("disk-%d.qcow2", b.disks))
+	b.disks++
+	return p
+}
+
+func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
+	nic, netArgs := m.netOf(rec.ID) // see network.go
+	return vmm.Config{
+		ID: rec.ID, Dir: rec.Dir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
+		Cmdline: "agentbox.hostname=" + rec.ID + netArgs, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
+		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"), Net: nic,
+	}
+}
+
+// connect dials b's agent within the boot timeout; on failure it stops the VM.
+func (m *Manager) connect(ctx context.Context, b *box) error {
 	bctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
 	defer cancel()
 	if _, err := m.agent(bctx, b); err != nil {
-		stopErr := vm.Stop(context.WithoutCancel(ctx))
-		return nil, errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(cfg.ConsoleLog)), stopErr)
+		stopErr := b.vm.Stop(context.WithoutCancel(ctx))
+		return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
 	}
-	return b, nil
+	return nil
 }
 
 // agent returns the sandbox's agent client, dialing it if needed.
@@ -329,16 +387,20 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	delete(m.boxes, id)
 	m.mu.Unlock()
 	if b != nil {
+		b.op.Lock() // let a running snapshot or pause finish
 		_ = m.opts.Store.SetSandboxState(ctx, id, string(StateStopping), "", b.vm.PID())
 		m.teardown(b, ErrDeleted)
+		b.op.Unlock()
 	} else {
 		m.removeDir(rec.Dir, m.log.With("sandbox_id", id))
 		m.detachNetwork(id)
 	}
-	if err := m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), id); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
 		return err
 	}
 	m.forgetNetwork(context.WithoutCancel(ctx), id)
+	m.collect(ctx)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil
 }

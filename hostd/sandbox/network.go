@@ -19,8 +19,6 @@ type Network interface {
 	// Attach stores id's policy and makes its network; it returns the NIC
 	// and the guest cmdline arguments (nil, "" for mode none).
 	Attach(ctx context.Context, id string, pol egress.Policy) (*vmm.Net, string, error)
-	// ReleaseTap drops hostd's copy of the tap once the VMM has its own.
-	ReleaseTap(id string)
 	// Detach removes id's network (idempotent).
 	Detach(id string) error
 	// Forget removes id's stored policy.
@@ -129,6 +127,66 @@ func (m *Manager) attachNetwork(ctx context.Context, id string, pol *egress.Poli
 	return nil
 }
 
+// ensureNetwork re-attaches a paused sandbox's network from its stored
+// policy if it is not attached (hostd restarted since the pause).
+func (m *Manager) ensureNetwork(ctx context.Context, id string) error {
+	if m.opts.Network == nil {
+		return nil
+	}
+	m.mu.Lock()
+	_, ok := m.nets[id]
+	m.mu.Unlock()
+	if ok {
+		return nil
+	}
+	pol, err := m.opts.Network.Policy(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // made before networking: no NIC
+	}
+	if err != nil {
+		return err
+	}
+	return m.attachNetwork(ctx, id, &pol)
+}
+
+// inheritedPolicy is a fork's policy: its parent's, placeholders included
+// (the parent's env, which the forks get, holds the tokens).
+func (m *Manager) inheritedPolicy(ctx context.Context, parent string) *egress.Policy {
+	if m.opts.Network == nil {
+		return nil
+	}
+	pol, err := m.opts.Network.Policy(ctx, parent)
+	if err != nil {
+		return nil
+	}
+	return &pol
+}
+
+// defaultPolicy is what a warm pool's sandboxes start with; a claim swaps
+// in the caller's (claimPolicy).
+func (m *Manager) defaultPolicy() *egress.Policy {
+	if m.opts.Network == nil {
+		return nil
+	}
+	return &egress.Policy{Mode: egress.ModeProxy}
+}
+
+// claimPolicy gives a claimed warm sandbox the caller's policy. It fails if
+// the modes differ (the warm VM's NIC cannot come or go).
+func (m *Manager) claimPolicy(ctx context.Context, id string, pol *egress.Policy) error {
+	if m.opts.Network == nil || pol == nil {
+		return nil
+	}
+	if pol.Mode == egress.ModeNone {
+		return fmt.Errorf("%w: a warm sandbox has a NIC", ErrInvalid)
+	}
+	p := *pol
+	if p.Placeholders == nil {
+		p.Placeholders = map[string]string{}
+	}
+	return m.opts.Network.SetPolicy(ctx, id, p)
+}
+
 // netOf returns the NIC and the extra cmdline of sandbox id.
 func (m *Manager) netOf(id string) (*vmm.Net, string) {
 	m.mu.Lock()
@@ -138,12 +196,6 @@ func (m *Manager) netOf(id string) (*vmm.Net, string) {
 		return a.net, " " + a.cmdline
 	}
 	return a.net, ""
-}
-
-func (m *Manager) releaseTap(id string) {
-	if m.opts.Network != nil {
-		m.opts.Network.ReleaseTap(id)
-	}
 }
 
 // detachNetwork removes the sandbox's network (namespace, tap, proxy).

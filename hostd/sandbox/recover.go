@@ -22,7 +22,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, r := range recs {
 		known[r.ID] = true
 		switch State(r.State) {
-		case StateCreating, StateRunning, StateStopping:
+		case StateCreating, StateRunning, StateStopping, StatePausing, StateResuming:
 			m.log.Warn("sandbox lost its vm when hostd stopped", "sandbox_id", r.ID, "vm_pid", r.VMPID)
 			m.removeDir(r.Dir, m.log.With("sandbox_id", r.ID))
 			if err := m.opts.Store.SetSandboxState(ctx, r.ID, string(StateFailed), "hostd restarted; the vm is gone", 0); err != nil {
@@ -30,6 +30,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 	}
+	if err := m.sweepSnapshots(ctx); err != nil {
+		return err
+	}
+	defer m.startPools(ctx)
 	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "sandboxes"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -43,9 +47,35 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return m.sweepNetwork()
 }
 
+// sweepSnapshots removes snapshot directories that no record names (a
+// capture that hostd did not finish).
+func (m *Manager) sweepSnapshots(ctx context.Context) error {
+	sns, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sn := range sns {
+		known[filepath.Base(sn.Dir)] = true
+	}
+	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "snapshots"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range ents {
+		if !known[e.Name()] {
+			m.log.Warn("removing orphaned snapshot dir", "snapshot_id", e.Name())
+			os.RemoveAll(filepath.Join(m.opts.DataDir, "snapshots", e.Name()))
+		}
+	}
+	return nil
+}
+
 // Close stops every live sandbox (their VMs could not outlive hostd) and
 // marks them failed.
 func (m *Manager) Close(ctx context.Context) error {
+	m.closing.Store(true)
+	m.stopPools()
 	m.mu.Lock()
 	boxes := make([]*box, 0, len(m.boxes))
 	for id, b := range m.boxes {

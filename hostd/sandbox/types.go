@@ -27,6 +27,13 @@ var (
 	ErrExecStart = errors.New("sandbox: command could not start")
 	// ErrDeleted ends an exec stream whose sandbox was deleted under it.
 	ErrDeleted = errors.New("sandbox: deleted")
+	// ErrInUse refuses to delete a snapshot that something still uses.
+	ErrInUse = errors.New("sandbox: in use")
+	// ErrCorrupt refuses a snapshot whose files fail their checksums.
+	ErrCorrupt = errors.New("sandbox: snapshot corrupt")
+	// ErrPaused is returned for calls that need a running sandbox while it
+	// is paused (resume it first).
+	ErrPaused = errors.New("sandbox: paused")
 )
 
 // State is a sandbox's lifecycle state.
@@ -37,6 +44,9 @@ const (
 	StateCreating State = "creating"
 	StateRunning  State = "running"
 	StateStopping State = "stopping"
+	StatePausing  State = "pausing"
+	StatePaused   State = "paused"
+	StateResuming State = "resuming"
 	StateFailed   State = "failed"
 	StateDeleted  State = "deleted"
 )
@@ -56,6 +66,10 @@ type CreateOptions struct {
 	// placeholder token in each, which the proxy swaps for the secret in
 	// requests to hosts whose injection rules use it.
 	SecretEnv map[string]string
+	// Snapshot or Template, if set, start the sandbox from that snapshot
+	// (its vcpus and memory win) instead of booting the base image.
+	Snapshot string
+	Template string
 }
 
 // Info describes a sandbox.
@@ -72,6 +86,45 @@ type Info struct {
 	Error string
 	// VMPID is the VMM process id while the sandbox runs.
 	VMPID int
+	// SnapshotID is the snapshot the sandbox's disk overlays ("" for the
+	// base image).
+	SnapshotID string
+}
+
+// SnapshotOptions are the choices of a snapshot capture.
+type SnapshotOptions struct {
+	// StayPaused leaves the sandbox paused after the capture.
+	StayPaused bool
+	// Kind is recorded: "snapshot" (default), "fork" or "step".
+	Kind string
+	// CacheKey is recorded for template build steps.
+	CacheKey string
+}
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	ID        string
+	Kind      string
+	SandboxID string
+	// ParentID is the snapshot this one's disk layer overlays (lineage).
+	ParentID  string
+	VCPUs     int
+	MemoryMiB int
+	SizeBytes int64
+	CacheKey  string
+	CreatedAt time.Time
+	// Children are the snapshots and sandboxes that refer to this one.
+	UsedBy []string
+}
+
+// TemplateInfo describes a template: a named snapshot with a warm pool.
+type TemplateInfo struct {
+	Name       string
+	SnapshotID string
+	PoolSize   int
+	// PoolReady is how many pool sandboxes are restored and waiting.
+	PoolReady int
+	CreatedAt time.Time
 }
 
 // ExecRequest is one command to run in a sandbox.

@@ -107,17 +107,6 @@ func (s *Service) Attach(ctx context.Context, id string, pol egress.Policy) (*vm
 	return &vmm.Net{Tap: ns.Tap, MAC: ns.MAC}, args, nil
 }
 
-// ReleaseTap closes hostd's copy of the tap once the VMM holds its own, so
-// the device goes away with the VMM process.
-func (s *Service) ReleaseTap(id string) {
-	s.mu.Lock()
-	ns := s.nss[id]
-	s.mu.Unlock()
-	if ns != nil && ns.Tap != nil {
-		_ = ns.Tap.Close()
-	}
-}
-
 // Detach stops the proxy for sandbox id and removes its namespace. It is
 // idempotent.
 func (s *Service) Detach(id string) error {
@@ -167,7 +156,8 @@ func (s *Service) Policy(ctx context.Context, id string) (egress.Policy, error) 
 }
 
 // SetPolicy stores and applies a new policy for a running sandbox. The mode
-// cannot change (a NIC is not added or removed while the VM runs).
+// cannot change (a NIC is not added or removed while the VM runs); nil
+// Placeholders keep the old ones.
 func (s *Service) SetPolicy(ctx context.Context, id string, pol egress.Policy) error {
 	old, err := s.Policy(ctx, id)
 	if err != nil {
@@ -179,7 +169,9 @@ func (s *Service) SetPolicy(ctx context.Context, id string, pol egress.Policy) e
 	if pol.Mode != old.Mode {
 		return fmt.Errorf("%w: mode cannot change from %s to %s on a running sandbox", egress.ErrInvalidPolicy, old.Mode, pol.Mode)
 	}
-	pol.Placeholders = old.Placeholders
+	if pol.Placeholders == nil {
+		pol.Placeholders = old.Placeholders
+	}
 	if err := pol.Validate(); err != nil {
 		return err
 	}

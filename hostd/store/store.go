@@ -80,6 +80,36 @@ var migrations = []string{
 		name       TEXT NOT NULL,
 		created_at INTEGER NOT NULL
 	);`,
+	// Snapshots (see snapshots.go).
+	`CREATE TABLE sandbox_vm (
+		id          TEXT PRIMARY KEY,
+		snapshot_id TEXT NOT NULL DEFAULT '',
+		overlay     TEXT NOT NULL DEFAULT '',
+		pause_dir   TEXT NOT NULL DEFAULT '',
+		cwd         TEXT NOT NULL DEFAULT ''
+	);
+	CREATE TABLE snapshots (
+		id          TEXT PRIMARY KEY,
+		kind        TEXT NOT NULL,
+		sandbox_id  TEXT NOT NULL DEFAULT '',
+		parent_id   TEXT NOT NULL DEFAULT '',
+		dir         TEXT NOT NULL,
+		vcpus       INTEGER NOT NULL,
+		memory_mib  INTEGER NOT NULL,
+		env         TEXT NOT NULL DEFAULT '{}',
+		cwd         TEXT NOT NULL DEFAULT '',
+		backend     TEXT NOT NULL,
+		size_bytes  INTEGER NOT NULL DEFAULT 0,
+		cache_key   TEXT NOT NULL DEFAULT '',
+		created_at  INTEGER NOT NULL
+	);
+	CREATE INDEX snapshots_cache_key ON snapshots (cache_key);
+	CREATE TABLE templates (
+		name        TEXT PRIMARY KEY,
+		snapshot_id TEXT NOT NULL,
+		pool_size   INTEGER NOT NULL DEFAULT 0,
+		created_at  INTEGER NOT NULL
+	);`,
 	// 2: egress (hostd/egress): each sandbox's network policy, the network
 	// audit log, and sealed secrets.
 	networkSchema,

@@ -24,7 +24,6 @@ import (
 const (
 	qmpSocket   = "qmp.sock"
 	agentSocket = "agent.sock"
-	memFile     = "memory"
 )
 
 // Options configure the driver.
@@ -86,17 +85,19 @@ func (d *Driver) Name() string { return "qemu" }
 // Accel is the accelerator the driver uses.
 func (d *Driver) Accel() vmm.Accel { return d.accel }
 
-// Start boots a new VM.
+// Start boots a new VM. Its memory is a memfd that QEMU maps shared, so a
+// snapshot can copy it out sparsely while the device state goes through
+// migration without it (x-ignore-shared).
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return d.launch(ctx, cfg, d.args(cfg), "")
-}
-
-// Restore is not implemented by the QEMU backend yet.
-func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
-	return nil, fmt.Errorf("%w: qemu restore", vmm.ErrUnsupported)
+	mem, err := newMemfd(cfg.ID, cfg.MemoryMiB)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.Close() // the VM keeps its own descriptor
+	return d.launch(ctx, cfg, d.args(cfg, sharedMemory(cfg.MemoryMiB)), launchOpts{mem: mem})
 }
 
 // cmdline is the guest kernel's command line.
@@ -114,7 +115,8 @@ func (d *Driver) cmdline(cfg vmm.Config) string {
 
 // args builds QEMU's argv (without the binary). Socket paths are relative to
 // cfg.Dir, QEMU's working directory, to stay clear of the unix path limit.
-func (d *Driver) args(cfg vmm.Config) []string {
+// memory is the memory backend's -object value.
+func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	cpu := "max"
 	if d.accel == vmm.AccelKVM {
 		cpu = "host"
@@ -126,7 +128,7 @@ func (d *Driver) args(cfg vmm.Config) []string {
 		"-cpu", cpu,
 		"-smp", strconv.Itoa(cfg.VCPUs),
 		"-m", strconv.Itoa(cfg.MemoryMiB) + "M",
-		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", cfg.MemoryMiB),
+		"-object", memory,
 		"-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-kernel", cfg.Kernel,
@@ -158,9 +160,19 @@ func (d *Driver) args(cfg vmm.Config) []string {
 	return a
 }
 
+// launchOpts are the parts of a launch that differ between boot and restore.
+type launchOpts struct {
+	// mem is the guest memory memfd (passed as fd 3), or nil when QEMU maps
+	// a snapshot's memory file itself.
+	mem *os.File
+}
+
 // launch starts QEMU with args and connects QMP.
-func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, _ string) (*VM, error) {
+func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o launchOpts) (*VM, error) {
 	cmd := exec.Command(d.bin, args...)
+	if o.mem != nil {
+		cmd.ExtraFiles = []*os.File{o.mem}
+	}
 	cmd.Dir = cfg.Dir
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -175,7 +187,16 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, _ st
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
 	vm := newVM(cmd, cfg, d.log)
-	if err := vm.connectQMP(ctx); err != nil {
+	if o.mem != nil {
+		if vm.mem, err = dupFile(o.mem); err != nil {
+			return nil, errors.Join(err, vm.Stop(context.WithoutCancel(ctx)))
+		}
+	}
+	err = vm.connectQMP(ctx)
+	if err == nil {
+		err = vm.setMigration(ctx)
+	}
+	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		return nil, errors.Join(err, vm.Stop(stopCtx), vm.qemuLog())

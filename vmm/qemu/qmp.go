@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // errQMPClosed is returned for commands on a closed QMP connection.
@@ -33,6 +36,7 @@ type qmpEvent struct {
 type qmpRequest struct {
 	cmd   string
 	args  any
+	fd    *os.File // sent with the command as SCM_RIGHTS (for getfd)
 	reply chan qmpReply
 }
 
@@ -119,7 +123,7 @@ func (q *qmp) roundTrip(req qmpRequest, lines <-chan []byte) qmpReply {
 	if err != nil {
 		return qmpReply{err: err}
 	}
-	if _, err := q.conn.Write(append(b, '\n')); err != nil {
+	if err := q.write(append(b, '\n'), req.fd); err != nil {
 		return qmpReply{err: fmt.Errorf("qemu: qmp write: %w", err)}
 	}
 	for {
@@ -150,6 +154,20 @@ func (q *qmp) roundTrip(req qmpRequest, lines <-chan []byte) qmpReply {
 	}
 }
 
+// write sends b, with fd as SCM_RIGHTS in the same message when given.
+func (q *qmp) write(b []byte, fd *os.File) error {
+	if fd == nil {
+		_, err := q.conn.Write(b)
+		return err
+	}
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("qemu: qmp connection cannot pass fds")
+	}
+	_, _, err := uc.WriteMsgUnix(b, unix.UnixRights(int(fd.Fd())), nil)
+	return err
+}
+
 func (q *qmp) event(line []byte) {
 	var ev qmpEvent
 	if json.Unmarshal(line, &ev) != nil || ev.Event == "" {
@@ -161,10 +179,18 @@ func (q *qmp) event(line []byte) {
 	}
 }
 
+// runFD sends one command together with an open file (QMP getfd).
+func (q *qmp) runFD(ctx context.Context, cmd string, args any, fd *os.File) (json.RawMessage, error) {
+	return q.do(ctx, qmpRequest{cmd: cmd, args: args, fd: fd, reply: make(chan qmpReply, 1)})
+}
+
 // run sends one command and waits for its answer or ctx. A command whose ctx
 // ends while queued is never sent.
 func (q *qmp) run(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
-	req := qmpRequest{cmd: cmd, args: args, reply: make(chan qmpReply, 1)}
+	return q.do(ctx, qmpRequest{cmd: cmd, args: args, reply: make(chan qmpReply, 1)})
+}
+
+func (q *qmp) do(ctx context.Context, req qmpRequest) (json.RawMessage, error) {
 	select {
 	case q.reqs <- req:
 	case <-ctx.Done():

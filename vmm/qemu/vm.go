@@ -25,6 +25,9 @@ type VM struct {
 	cfg vmm.Config
 	log *slog.Logger
 	qmp *qmp
+	// mem is the shared guest memory memfd, or nil when the guest's memory
+	// is a private mapping of a snapshot file.
+	mem *os.File
 
 	done    chan struct{}
 	waitErr error
@@ -110,11 +113,6 @@ func (vm *VM) Pause(ctx context.Context) error { return vm.command(ctx, "stop", 
 // Resume restarts the vCPUs.
 func (vm *VM) Resume(ctx context.Context) error { return vm.command(ctx, "cont", nil) }
 
-// Snapshot is not implemented by the QEMU backend yet.
-func (vm *VM) Snapshot(ctx context.Context, dir string) error {
-	return fmt.Errorf("%w: qemu snapshot", vmm.ErrUnsupported)
-}
-
 func (vm *VM) command(ctx context.Context, cmd string, args any) error {
 	if err := vm.running(); err != nil {
 		return err
@@ -155,6 +153,9 @@ func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 		if vm.running() != nil {
 			return nil, vmm.ErrNotRunning
 		}
+		if !errors.Is(err, channel.ErrRefused) {
+			vm.dropSession(sess) // the session is broken; the next Dial starts afresh
+		}
 		return nil, err
 	}
 	return conn, nil
@@ -171,6 +172,12 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 	conn, err := d.DialContext(ctx, "unix", vm.path(agentSocket))
 	if err != nil {
 		return nil, fmt.Errorf("qemu: dial agent socket: %w", err)
+	}
+	// Whatever yamux state the guest holds (a previous host, a snapshot),
+	// the marker starts a fresh session.
+	if _, err := conn.Write(channel.ResetMarker); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("qemu: reset agent channel: %w", err)
 	}
 	sess, err := yamux.Client(conn, hostYamuxConfig())
 	if err != nil {
@@ -255,6 +262,9 @@ func (vm *VM) stop(ctx context.Context) error {
 	if vm.qmp != nil {
 		vm.qmp.close()
 	}
+	if vm.mem != nil {
+		vm.mem.Close()
+	}
 	for _, f := range []string{qmpSocket, agentSocket} {
 		if rerr := os.Remove(vm.path(f)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, rerr)
@@ -262,4 +272,13 @@ func (vm *VM) stop(ctx context.Context) error {
 	}
 	vm.log.Info("vm stopped")
 	return err
+}
+
+// SwitchDisk moves the running guest's disk index onto a new qcow2 overlay
+// whose backing file is the current one (QMP blockdev-snapshot-sync). The
+// current file is then read-only to QEMU: a frozen layer.
+func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
+	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
+		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "absolute-paths",
+	})
 }

@@ -36,6 +36,8 @@ func FindAssets(t testing.TB) Assets {
 	}
 	if p := os.Getenv("AGENTBOX_INITRAMFS"); p != "" {
 		a.Initramfs = p
+	} else if p := checkoutInitramfs(); p != "" {
+		a.Initramfs = p
 	}
 	for _, p := range []string{a.Kernel, a.Initramfs, a.BaseImage} {
 		if _, err := os.Stat(p); err != nil {
@@ -43,6 +45,30 @@ func FindAssets(t testing.TB) Assets {
 		}
 	}
 	return a
+}
+
+// checkoutInitramfs finds bin/initramfs.cpio.gz at the root of the module
+// the test runs in: the initramfs that `make initramfs` built from this
+// checkout's guestinit.
+func checkoutInitramfs() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "bin", "initramfs.cpio.gz")
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // ShortTempDir returns a fresh directory with a short path (unix socket

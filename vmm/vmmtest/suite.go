@@ -24,22 +24,48 @@ const BootTimeout = 90 * time.Second
 // Boot starts a VM from the cached assets with a fresh overlay and returns
 // it with a connected agent client. The VM is stopped when the test ends.
 func Boot(t testing.TB, d vmm.Driver, id string) (vmm.VM, *agentclient.Client) {
+	vm, c, _ := boot(t, d, id, "")
+	return vm, c
+}
+
+// vmConfig is a test VM's config with a fresh overlay on base.
+func vmConfig(t testing.TB, id, base string) vmm.Config {
 	t.Helper()
 	a := FindAssets(t)
+	if base == "" {
+		base = a.BaseImage
+	}
 	dir := ShortTempDir(t)
-	ctx := context.Background()
 	overlay := filepath.Join(dir, "root.qcow2")
-	if err := disk.CreateOverlay(ctx, a.BaseImage, overlay, 0); err != nil {
+	if err := disk.CreateOverlay(context.Background(), base, overlay, 0); err != nil {
 		t.Fatal(err)
 	}
-	cfg := vmm.Config{
+	return vmm.Config{
 		ID: id, Dir: dir, Kernel: a.Kernel, Initramfs: a.Initramfs,
 		Cmdline: "agentbox.hostname=" + id, VCPUs: 1, MemoryMiB: 256,
 		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(dir, "console.log"),
 	}
-	vm, err := d.Start(ctx, cfg)
+}
+
+// boot starts a VM (restoring snapshot when it is not empty, on a fresh
+// overlay over base) and dials its agent.
+func boot(t testing.TB, d vmm.Driver, id, snapshot string) (vmm.VM, *agentclient.Client, vmm.Config) {
+	t.Helper()
+	ctx := context.Background()
+	base := ""
+	if snapshot != "" {
+		base = filepath.Join(snapshot, "disk.qcow2")
+	}
+	cfg := vmConfig(t, id, base)
+	var vm vmm.VM
+	var err error
+	if snapshot == "" {
+		vm, err = d.Start(ctx, cfg)
+	} else if vm, err = d.Restore(ctx, cfg, snapshot); err == nil {
+		err = vm.Resume(ctx)
+	}
 	if err != nil {
-		t.Fatalf("start: %v", err)
+		t.Fatalf("start %s: %v", id, err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -56,13 +82,13 @@ func Boot(t testing.TB, d vmm.Driver, id string) (vmm.VM, *agentclient.Client) {
 	}
 	c := agentclient.New(conn)
 	t.Cleanup(func() { c.Close() })
-	return vm, c
+	return vm, c, cfg
 }
 
 // Run checks d's contract on one booted VM.
 func Run(t *testing.T, newDriver func(t *testing.T) vmm.Driver) {
 	d := newDriver(t)
-	vm, c := Boot(t, d, "conformance")
+	vm, c, cfg := boot(t, d, "conformance", "")
 	ctx := context.Background()
 
 	t.Run("health", func(t *testing.T) {
@@ -84,6 +110,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) vmm.Driver) {
 		}
 	})
 	t.Run("pause and resume", func(t *testing.T) { checkPauseResume(t, vm, c) })
+	t.Run("snapshot and restore", func(t *testing.T) { checkSnapshot(t, d, vm, c, cfg) })
 	t.Run("stop", func(t *testing.T) { checkStop(t, vm) })
 }
 

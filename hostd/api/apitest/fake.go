@@ -382,3 +382,87 @@ func (m *Keys) HasAPIKey(ctx context.Context, hash string) (bool, error) {
 	defer m.mu.Unlock()
 	return m.hashes[hash], m.err
 }
+
+// The fake keeps no snapshots: snapshot calls succeed on known sandboxes
+// with fixed answers, and lookups of snapshots and templates find nothing.
+
+// Snapshot records the call and returns a snapshot of a known sandbox.
+func (f *Manager) Snapshot(ctx context.Context, id string, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error) {
+	if err := f.call("Snapshot " + id); err != nil {
+		return sandbox.SnapshotInfo{}, err
+	}
+	info, err := f.lookup(id)
+	if err != nil {
+		return sandbox.SnapshotInfo{}, err
+	}
+	return sandbox.SnapshotInfo{ID: "sn-" + id, Kind: "snapshot", SandboxID: id, VCPUs: info.VCPUs, MemoryMiB: info.MemoryMiB}, nil
+}
+
+// Fork creates count sandboxes like the known sandbox id.
+func (f *Manager) Fork(ctx context.Context, id string, count int) ([]sandbox.Info, error) {
+	if _, err := f.lookup(id); err != nil {
+		return nil, err
+	}
+	var out []sandbox.Info
+	for range count {
+		info, err := f.Create(ctx, sandbox.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Pause marks a known sandbox paused.
+func (f *Manager) Pause(ctx context.Context, id string) (sandbox.Info, error) {
+	return f.setState(id, sandbox.StatePaused)
+}
+
+// Resume marks a known sandbox running.
+func (f *Manager) Resume(ctx context.Context, id string) (sandbox.Info, error) {
+	return f.setState(id, sandbox.StateRunning)
+}
+
+func (f *Manager) setState(id string, st sandbox.State) (sandbox.Info, error) {
+	info, err := f.lookup(id)
+	if err != nil {
+		return info, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	info.State = st
+	f.sandboxes[id] = info
+	return info, nil
+}
+
+// GetSnapshot finds nothing.
+func (f *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
+	return sandbox.SnapshotInfo{}, fmt.Errorf("%w: snapshot %s", sandbox.ErrNotFound, id)
+}
+
+// ListSnapshots lists none.
+func (f *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) { return nil, nil }
+
+// DeleteSnapshot refuses every snapshot as in use.
+func (f *Manager) DeleteSnapshot(ctx context.Context, id string) error {
+	return fmt.Errorf("%w: snapshot %s", sandbox.ErrInUse, id)
+}
+
+// CreateTemplate returns the template it was given.
+func (f *Manager) CreateTemplate(ctx context.Context, name, snapshotID string, poolSize int) (sandbox.TemplateInfo, error) {
+	return sandbox.TemplateInfo{Name: name, SnapshotID: snapshotID, PoolSize: poolSize}, nil
+}
+
+// GetTemplate finds nothing.
+func (f *Manager) GetTemplate(ctx context.Context, name string) (sandbox.TemplateInfo, error) {
+	return sandbox.TemplateInfo{}, fmt.Errorf("%w: template %s", sandbox.ErrNotFound, name)
+}
+
+// ListTemplates lists none.
+func (f *Manager) ListTemplates(ctx context.Context) ([]sandbox.TemplateInfo, error) { return nil, nil }
+
+// DeleteTemplate finds nothing.
+func (f *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	return fmt.Errorf("%w: template %s", sandbox.ErrNotFound, name)
+}

@@ -1609,6 +1609,59 @@ func (x *ReseedRequest) GetEntropy() []byte {
 	return nil
 }
 
+type SetIdentityRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Hostname string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// machine_id is 32 lowercase hex digits.
+	MachineId     string `protobuf:"bytes,2,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetIdentityRequest) Reset() {
+	*x = SetIdentityRequest{}
+	mi := &file_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetIdentityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetIdentityRequest) ProtoMessage() {}
+
+func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetIdentityRequest.ProtoReflect.Descriptor instead.
+func (*SetIdentityRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetIdentityRequest) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SetIdentityRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -1713,7 +1766,11 @@ const file_agent_proto_rawDesc = "" +
 	"\x0eSetTimeRequest\x12\x1b\n" +
 	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\")\n" +
 	"\rReseedRequest\x12\x18\n" +
-	"\aentropy\x18\x01 \x01(\fR\aentropy*Y\n" +
+	"\aentropy\x18\x01 \x01(\fR\aentropy\"O\n" +
+	"\x12SetIdentityRequest\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x02 \x01(\tR\tmachineId*Y\n" +
 	"\n" +
 	"OutputKind\x12\x1b\n" +
 	"\x17OUTPUT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1738,11 +1795,14 @@ const file_agent_proto_rawDesc = "" +
 	"\x04List\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.ListResponse\x12B\n" +
 	"\x05Mkdir\x12\x1f.agentbox.agent.v1.MkdirRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Remove\x12 .agentbox.agent.v1.RemoveRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
-	"\x06Rename\x12 .agentbox.agent.v1.RenameRequest\x1a\x18.agentbox.agent.v1.Empty2\xdd\x01\n" +
+	"\x06Rename\x12 .agentbox.agent.v1.RenameRequest\x1a\x18.agentbox.agent.v1.Empty2\xa7\x03\n" +
 	"\x06System\x12E\n" +
 	"\x06Health\x12\x18.agentbox.agent.v1.Empty\x1a!.agentbox.agent.v1.HealthResponse\x12F\n" +
 	"\aSetTime\x12!.agentbox.agent.v1.SetTimeRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
-	"\x06Reseed\x12 .agentbox.agent.v1.ReseedRequest\x1a\x18.agentbox.agent.v1.EmptyB5Z3github.com/agentbox/agentbox/proto/agent/v1;agentv1b\x06proto3"
+	"\x06Reseed\x12 .agentbox.agent.v1.ReseedRequest\x1a\x18.agentbox.agent.v1.Empty\x12N\n" +
+	"\vSetIdentity\x12%.agentbox.agent.v1.SetIdentityRequest\x1a\x18.agentbox.agent.v1.Empty\x12<\n" +
+	"\x06Freeze\x12\x18.agentbox.agent.v1.Empty\x1a\x18.agentbox.agent.v1.Empty\x12:\n" +
+	"\x04Thaw\x12\x18.agentbox.agent.v1.Empty\x1a\x18.agentbox.agent.v1.EmptyB5Z3github.com/agentbox/agentbox/proto/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -1757,7 +1817,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -1787,10 +1847,11 @@ var file_agent_proto_goTypes = []any{
 	(*HealthResponse)(nil),       // 25: agentbox.agent.v1.HealthResponse
 	(*SetTimeRequest)(nil),       // 26: agentbox.agent.v1.SetTimeRequest
 	(*ReseedRequest)(nil),        // 27: agentbox.agent.v1.ReseedRequest
-	nil,                          // 28: agentbox.agent.v1.StartRequest.EnvEntry
+	(*SetIdentityRequest)(nil),   // 28: agentbox.agent.v1.SetIdentityRequest
+	nil,                          // 29: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	28, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	29, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
 	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
 	10, // 3: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
@@ -1815,27 +1876,33 @@ var file_agent_proto_depIdxs = []int32{
 	1,  // 22: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
 	26, // 23: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
 	27, // 24: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	4,  // 25: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 26: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 27: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 28: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	11, // 29: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	13, // 30: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	15, // 31: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	13, // 32: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 33: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	18, // 34: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 35: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	20, // 36: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	21, // 37: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 38: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 39: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 40: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	25, // 41: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 42: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 43: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	25, // [25:44] is the sub-list for method output_type
-	6,  // [6:25] is the sub-list for method input_type
+	28, // 25: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 26: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 27: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	4,  // 28: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 29: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 30: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 31: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	11, // 32: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	13, // 33: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	15, // 34: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	13, // 35: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 36: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	18, // 37: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 38: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	20, // 39: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	21, // 40: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 41: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 42: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 43: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	25, // 44: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 45: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 46: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 47: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 48: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 49: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	28, // [28:50] is the sub-list for method output_type
+	6,  // [6:28] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1852,7 +1919,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

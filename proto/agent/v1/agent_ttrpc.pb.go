@@ -307,6 +307,9 @@ type SystemService interface {
 	Health(context.Context, *Empty) (*HealthResponse, error)
 	SetTime(context.Context, *SetTimeRequest) (*Empty, error)
 	Reseed(context.Context, *ReseedRequest) (*Empty, error)
+	SetIdentity(context.Context, *SetIdentityRequest) (*Empty, error)
+	Freeze(context.Context, *Empty) (*Empty, error)
+	Thaw(context.Context, *Empty) (*Empty, error)
 }
 
 func RegisterSystemService(srv *ttrpc.Server, svc SystemService) {
@@ -332,6 +335,27 @@ func RegisterSystemService(srv *ttrpc.Server, svc SystemService) {
 					return nil, err
 				}
 				return svc.Reseed(ctx, &req)
+			},
+			"SetIdentity": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req SetIdentityRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.SetIdentity(ctx, &req)
+			},
+			"Freeze": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req Empty
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Freeze(ctx, &req)
+			},
+			"Thaw": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req Empty
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Thaw(ctx, &req)
 			},
 		},
 	})
@@ -366,6 +390,30 @@ func (c *systemClient) SetTime(ctx context.Context, req *SetTimeRequest) (*Empty
 func (c *systemClient) Reseed(ctx context.Context, req *ReseedRequest) (*Empty, error) {
 	var resp Empty
 	if err := c.client.Call(ctx, "agentbox.agent.v1.System", "Reseed", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *systemClient) SetIdentity(ctx context.Context, req *SetIdentityRequest) (*Empty, error) {
+	var resp Empty
+	if err := c.client.Call(ctx, "agentbox.agent.v1.System", "SetIdentity", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *systemClient) Freeze(ctx context.Context, req *Empty) (*Empty, error) {
+	var resp Empty
+	if err := c.client.Call(ctx, "agentbox.agent.v1.System", "Freeze", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *systemClient) Thaw(ctx context.Context, req *Empty) (*Empty, error) {
+	var resp Empty
+	if err := c.client.Call(ctx, "agentbox.agent.v1.System", "Thaw", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+// snapshotBench measures restore, fork, warm claim, 10 forks, fork memory
+// and pause/resume, each against the cold boot measured in the same run.
+type snapshotBench struct {
+	c    *client.Client
+	t    *table
+	cold time.Duration
+}
+
+func (s *snapshotBench) ratio(d time.Duration) string {
+	return fmt.Sprintf("%.3f × cold boot", float64(d)/float64(s.cold))
+}
+
+func benchSnapshots(ctx context.Context, c *client.Client, t *table, cold time.Duration) error {
+	s := &snapshotBench{c: c, t: t, cold: cold}
+	src, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
+	if err != nil {
+		return err
+	}
+	defer c.DeleteSandbox(context.WithoutCancel(ctx), src.ID)
+	sn, err := c.Snapshot(ctx, src.ID, client.SnapshotRequest{})
+	if err != nil {
+		return err
+	}
+	steps := []func(context.Context, client.Sandbox, client.Snapshot) error{s.restore, s.fork, s.warm, s.tenForks, s.pauseResume}
+	for _, step := range steps {
+		if err := step(ctx, src, sn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timed runs fn n times (deleting what it creates) and returns the p50.
+func (s *snapshotBench) timed(n int, fn func() ([]string, error)) (time.Duration, error) {
+	var d []time.Duration
+	for range n {
+		start := time.Now()
+		ids, err := fn()
+		if err != nil {
+			return 0, err
+		}
+		d = append(d, time.Since(start))
+		for _, id := range ids {
+			if err := s.c.DeleteSandbox(context.Background(), id); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return pct(d, 0.5), nil
+}
+
+func (s *snapshotBench) restore(ctx context.Context, _ client.Sandbox, sn client.Snapshot) error {
+	p50, err := s.timed(5, func() ([]string, error) {
+		sb, err := s.c.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: sn.ID})
+		return []string{sb.ID}, err
+	})
+	if err != nil {
+		return err
+	}
+	s.t.add("restore a snapshot → agent ready, p50 of 5", ms(p50), s.ratio(p50)+" (goal ≤ 0.15)")
+	return nil
+}
+
+func (s *snapshotBench) fork(ctx context.Context, src client.Sandbox, _ client.Snapshot) error {
+	p50, err := s.timed(3, func() ([]string, error) {
+		forks, err := s.c.Fork(ctx, src.ID, 1)
+		return ids(forks), err
+	})
+	if err != nil {
+		return err
+	}
+	s.t.add("fork 1 from a running sandbox (capture + restore), p50 of 3", ms(p50), s.ratio(p50)+" (goal ≤ 0.08)")
+	return nil
+}
+
+func (s *snapshotBench) warm(ctx context.Context, _ client.Sandbox, sn client.Snapshot) error {
+	if _, err := s.c.CreateTemplate(ctx, client.CreateTemplateRequest{Name: "bench", SnapshotID: sn.ID, PoolSize: 1}); err != nil {
+		return err
+	}
+	defer s.c.DeleteTemplate(context.WithoutCancel(ctx), "bench")
+	var d []time.Duration
+	for range 3 {
+		if err := s.waitWarm(ctx, "bench"); err != nil {
+			return err
+		}
+		start := time.Now()
+		sb, err := s.c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "bench"})
+		if err == nil {
+			_, err = s.c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}})
+		}
+		if err != nil {
+			return err
+		}
+		d = append(d, time.Since(start))
+		if err := s.c.DeleteSandbox(ctx, sb.ID); err != nil {
+			return err
+		}
+	}
+	p50 := pct(d, 0.5)
+	s.t.add("warm-pool claim → first exec done, p50 of 3", ms(p50), s.ratio(p50)+" (goal ≤ 0.05)")
+	return nil
+}
+
+func (s *snapshotBench) waitWarm(ctx context.Context, name string) error {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		tpl, err := s.c.GetTemplate(ctx, name)
+		if err != nil {
+			return err
+		}
+		if tpl.PoolReady > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("warm pool of %s did not fill", name)
+}
+
+func (s *snapshotBench) tenForks(ctx context.Context, src client.Sandbox, _ client.Snapshot) error {
+	start := time.Now()
+	forks, err := s.c.Fork(ctx, src.ID, 10)
+	if err != nil {
+		return err
+	}
+	wall := time.Since(start)
+	defer func() {
+		for _, f := range forks {
+			s.c.DeleteSandbox(context.WithoutCancel(ctx), f.ID)
+		}
+	}()
+	s.t.add("10 forks, total wall time", ms(wall), s.ratio(wall)+" (goal ≤ 1)")
+	for _, f := range forks {
+		if _, err := s.c.Exec(ctx, f.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil {
+			return err
+		}
+	}
+	cold, err := s.c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
+	if err != nil {
+		return err
+	}
+	defer s.c.DeleteSandbox(context.WithoutCancel(ctx), cold.ID)
+	if _, err := s.c.Exec(ctx, cold.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		return err
+	}
+	one, err := pss(forks[0].VMPID)
+	if err != nil {
+		return err
+	}
+	var sum int64
+	for _, f := range forks {
+		p, err := pss(f.VMPID)
+		if err != nil {
+			return err
+		}
+		sum += p
+	}
+	coldPSS, err := pss(cold.VMPID)
+	if err != nil {
+		return err
+	}
+	marginal := float64(sum-one) / 9
+	s.t.add("marginal host memory per extra fork (PSS, 10 forks)", fmt.Sprintf("%.1f MiB", marginal/(1<<20)),
+		fmt.Sprintf("%.3f × a cold-booted sandbox (%.0f MiB PSS) (goal ≤ 0.12)", marginal/float64(coldPSS), float64(coldPSS)/(1<<20)))
+	return nil
+}
+
+func (s *snapshotBench) pauseResume(ctx context.Context, src client.Sandbox, _ client.Snapshot) error {
+	gib := float64(src.MemoryMiB) / 1024
+	start := time.Now()
+	if _, err := s.c.Pause(ctx, src.ID); err != nil {
+		return err
+	}
+	pause := time.Since(start)
+	start = time.Now()
+	if _, err := s.c.Resume(ctx, src.ID); err != nil {
+		return err
+	}
+	resume := time.Since(start)
+	s.t.add("pause (memory to disk, VM ends), per GiB of guest memory", fmt.Sprintf("%.0f ms/GiB", float64(pause.Milliseconds())/gib), ms(pause)+" for "+strconv.Itoa(src.MemoryMiB)+" MiB")
+	s.t.add("resume (restore from disk), per GiB of guest memory", fmt.Sprintf("%.0f ms/GiB", float64(resume.Milliseconds())/gib), ms(resume)+" for "+strconv.Itoa(src.MemoryMiB)+" MiB")
+	return nil
+}
+
+func ids(sbs []client.Sandbox) []string {
+	out := make([]string, 0, len(sbs))
+	for _, s := range sbs {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+// pss is the proportional set size of pid in bytes (smaps_rollup).
+func pss(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no Pss in smaps_rollup of %d", pid)
+}

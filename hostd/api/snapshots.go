@@ -1,0 +1,161 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentbox/agentbox/hostd/sandbox"
+)
+
+// SnapshotManager is what the snapshot, fork, pause and template handlers
+// need of the sandbox manager.
+type SnapshotManager interface {
+	Snapshot(ctx context.Context, id string, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error)
+	Fork(ctx context.Context, id string, count int) ([]sandbox.Info, error)
+	Pause(ctx context.Context, id string) (sandbox.Info, error)
+	Resume(ctx context.Context, id string) (sandbox.Info, error)
+	GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error)
+	ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	CreateTemplate(ctx context.Context, name, snapshotID string, poolSize int) (sandbox.TemplateInfo, error)
+	GetTemplate(ctx context.Context, name string) (sandbox.TemplateInfo, error)
+	ListTemplates(ctx context.Context) ([]sandbox.TemplateInfo, error)
+	DeleteTemplate(ctx context.Context, name string) error
+}
+
+func (s *server) SnapshotSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	var req SnapshotRequest
+	if err := decodeJSON(w, r, maxJSONBody, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sn, err := s.m.Snapshot(r.Context(), id, sandbox.SnapshotOptions{StayPaused: req.StayPaused, Kind: string(req.Kind), CacheKey: req.CacheKey})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, toSnapshot(sn))
+}
+
+func (s *server) ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	var req ForkRequest
+	if err := decodeJSON(w, r, maxJSONBody, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	forks, err := s.m.Fork(r.Context(), id, req.Count)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list := SandboxList{Sandboxes: make([]Sandbox, 0, len(forks))}
+	for _, f := range forks {
+		list.Sandboxes = append(list.Sandboxes, toSandbox(f))
+	}
+	writeJSON(w, http.StatusCreated, list)
+}
+
+func (s *server) PauseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	s.sandboxResult(w, r)(s.m.Pause(r.Context(), id))
+}
+
+func (s *server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	s.sandboxResult(w, r)(s.m.Resume(r.Context(), id))
+}
+
+func (s *server) sandboxResult(w http.ResponseWriter, r *http.Request) func(sandbox.Info, error) {
+	return func(info sandbox.Info, err error) {
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, toSandbox(info))
+	}
+}
+
+func (s *server) ListSnapshots(w http.ResponseWriter, r *http.Request) {
+	sns, err := s.m.ListSnapshots(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list := SnapshotList{Snapshots: make([]Snapshot, 0, len(sns))}
+	for _, sn := range sns {
+		list.Snapshots = append(list.Snapshots, toSnapshot(sn))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *server) GetSnapshot(w http.ResponseWriter, r *http.Request, snapshotID string) {
+	sn, err := s.m.GetSnapshot(r.Context(), snapshotID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSnapshot(sn))
+}
+
+func (s *server) DeleteSnapshot(w http.ResponseWriter, r *http.Request, snapshotID string) {
+	if err := s.m.DeleteSnapshot(r.Context(), snapshotID); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) CreateTemplate(w http.ResponseWriter, r *http.Request) {
+	var req CreateTemplateRequest
+	if err := decodeJSON(w, r, maxJSONBody, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.m.CreateTemplate(r.Context(), req.Name, req.SnapshotID, req.PoolSize)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, toTemplate(t))
+}
+
+func (s *server) ListTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.m.ListTemplates(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list := TemplateList{Templates: make([]Template, 0, len(ts))}
+	for _, t := range ts {
+		list.Templates = append(list.Templates, toTemplate(t))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *server) GetTemplate(w http.ResponseWriter, r *http.Request, name string) {
+	t, err := s.m.GetTemplate(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toTemplate(t))
+}
+
+func (s *server) DeleteTemplate(w http.ResponseWriter, r *http.Request, name string) {
+	if err := s.m.DeleteTemplate(r.Context(), name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func toSnapshot(sn sandbox.SnapshotInfo) Snapshot {
+	used := sn.UsedBy
+	if used == nil {
+		used = []string{}
+	}
+	return Snapshot{ID: sn.ID, Kind: sn.Kind, SandboxID: sn.SandboxID, ParentID: sn.ParentID, VCPUs: sn.VCPUs,
+		MemoryMiB: sn.MemoryMiB, SizeBytes: sn.SizeBytes, CacheKey: sn.CacheKey, CreatedAt: sn.CreatedAt.UTC(), UsedBy: used}
+}
+
+func toTemplate(t sandbox.TemplateInfo) Template {
+	return Template{Name: t.Name, SnapshotID: t.SnapshotID, PoolSize: t.PoolSize, PoolReady: t.PoolReady, CreatedAt: t.CreatedAt.UTC()}
+}

@@ -1,0 +1,270 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/agentbox/agentbox/hostd/store"
+)
+
+// Fork snapshots sandbox id and starts count copy-on-write copies of it.
+// Each fork gets its own disk overlay, hostname, machine-id, entropy and
+// clock; unchanged memory pages stay shared with the snapshot.
+func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error) {
+	if count < 1 || count > 64 {
+		return nil, fmt.Errorf("%w: count must be 1..64, got %d", ErrInvalid, count)
+	}
+	parent, err := m.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, m.notFound(err, id)
+	}
+	pol := m.inheritedPolicy(ctx, id)
+	sn, err := m.Snapshot(ctx, id, SnapshotOptions{Kind: "fork"})
+	if err != nil {
+		return nil, err
+	}
+	meta := map[string]string{}
+	for k, v := range parent.Metadata {
+		meta[k] = v
+	}
+	meta["forked_from"] = id
+	out := make([]Info, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, f := range out {
+			if f.ID != "" {
+				_ = m.Delete(context.WithoutCancel(ctx), f.ID)
+			}
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// Pause saves a running sandbox's memory and device state to disk and ends
+// its VM, releasing the host memory. Resume brings it back.
+func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
+	b, err := m.live(ctx, id)
+	if err != nil {
+		return Info{}, err
+	}
+	b.op.Lock()
+	defer b.op.Unlock()
+	if err := m.opts.Store.SetSandboxState(ctx, id, string(StatePausing), "", b.vm.PID()); err != nil {
+		return Info{}, err
+	}
+	dir := filepath.Join(b.dir, "paused")
+	err = m.savePaused(ctx, b, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateRunning), "", b.vm.PID())
+		_ = b.vm.Resume(context.WithoutCancel(ctx))
+		return Info{}, fmt.Errorf("sandbox: pause %s: %w", id, err)
+	}
+	// The VM ends on purpose: take it out of the live set first, so the
+	// watcher does not count it as a crash.
+	m.forget(b)
+	b.end(fmt.Errorf("%w: sandbox %s", ErrPaused, id))
+	m.closeAgent(b)
+	if err := b.vm.Stop(context.WithoutCancel(ctx)); err != nil {
+		m.log.Error("stop paused vm", "sandbox_id", id, "err", err)
+	}
+	if err := m.opts.Store.SetSandboxState(ctx, id, string(StatePaused), "", 0); err != nil {
+		return Info{}, err
+	}
+	m.log.Info("sandbox paused", "sandbox_id", id)
+	return m.Get(ctx, id)
+}
+
+func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
+	c, err := m.agent(ctx, b)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(c.Freeze(ctx), c.Thaw(ctx)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := b.vm.Pause(ctx); err != nil {
+		return err
+	}
+	if err := b.vm.Snapshot(ctx, dir); err != nil {
+		return err
+	}
+	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd})
+}
+
+// Resume restarts a paused sandbox from its saved state: same disk, same
+// processes, a fresh clock and entropy.
+func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
+	rec, err := m.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return Info{}, m.notFound(err, id)
+	}
+	if State(rec.State) != StatePaused {
+		return Info{}, fmt.Errorf("%w: sandbox %s is %s, not paused", ErrNotRunning, id, rec.State)
+	}
+	v, err := m.opts.Store.GetSandboxVM(ctx, id)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.opts.Store.SetSandboxState(ctx, id, string(StateResuming), "", 0); err != nil {
+		return Info{}, err
+	}
+	b := &box{id: id, dir: rec.Dir, gone: make(chan struct{}), overlay: v.Overlay, snapshotID: v.SnapshotID, cwd: v.Cwd}
+	b.disks = countOverlays(rec.Dir)
+	if err := m.ensureNetwork(ctx, id); err != nil {
+		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StatePaused), "", 0)
+		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
+	}
+	vm, err := m.opts.Driver.Restore(ctx, m.vmConfig(rec, v.Overlay), v.PauseDir)
+	if err == nil {
+		b.vm = vm
+		err = m.wake(ctx, b, false)
+	}
+	if err != nil {
+		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StatePaused), "", 0)
+		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
+	}
+	// The restored VM maps the saved memory privately; removing the
+	// directory cannot change what it sees.
+	os.RemoveAll(v.PauseDir)
+	m.log.Info("sandbox resumed", "sandbox_id", id)
+	return m.adopt(ctx, b, rec)
+}
+
+func countOverlays(dir string) int {
+	ms, _ := filepath.Glob(filepath.Join(dir, "disk-*.qcow2"))
+	return len(ms) + 1
+}
+
+func (m *Manager) notFound(err error, id string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return err
+}
+
+func (m *Manager) closeAgent(b *box) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.agent != nil {
+		b.agent.Close()
+		b.agent = nil
+	}
+}
+
+// GetSnapshot describes a snapshot.
+func (m *Manager) GetSnapshot(ctx context.Context, id string) (SnapshotInfo, error) {
+	sn, err := m.opts.Store.GetSnapshot(ctx, id)
+	if err != nil {
+		return SnapshotInfo{}, m.notFound(err, id)
+	}
+	return m.snapshotInfo(ctx, sn)
+}
+
+// ListSnapshots describes every snapshot.
+func (m *Manager) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
+	sns, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotInfo, 0, len(sns))
+	for _, sn := range sns {
+		info, err := m.snapshotInfo(ctx, sn)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (m *Manager) snapshotInfo(ctx context.Context, sn store.Snapshot) (SnapshotInfo, error) {
+	users, err := m.opts.Store.SnapshotUsers(ctx, sn.ID)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	sort.Strings(users)
+	return SnapshotInfo{ID: sn.ID, Kind: sn.Kind, SandboxID: sn.SandboxID, ParentID: sn.ParentID, VCPUs: sn.VCPUs,
+		MemoryMiB: sn.MemoryMiB, SizeBytes: sn.SizeBytes, CacheKey: sn.CacheKey, CreatedAt: sn.CreatedAt, UsedBy: users}, nil
+}
+
+// DeleteSnapshot removes a snapshot that nothing refers to. A snapshot
+// that a sandbox, another snapshot or a template still uses is refused with
+// ErrInUse.
+func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
+	sn, err := m.opts.Store.GetSnapshot(ctx, id)
+	if err != nil {
+		return m.notFound(err, id)
+	}
+	users, err := m.opts.Store.SnapshotUsers(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("%w: snapshot %s is used by %v", ErrInUse, id, users)
+	}
+	if err := m.removeSnapshot(ctx, sn); err != nil {
+		return err
+	}
+	m.collect(ctx)
+	return nil
+}
+
+func (m *Manager) removeSnapshot(ctx context.Context, sn store.Snapshot) error {
+	if err := os.RemoveAll(sn.Dir); err != nil {
+		return err
+	}
+	m.log.Info("snapshot removed", "snapshot_id", sn.ID)
+	return m.opts.Store.DeleteSnapshot(ctx, sn.ID)
+}
+
+// collect garbage-collects fork snapshots that nothing refers to any more,
+// repeating while removing one frees its parent.
+func (m *Manager) collect(ctx context.Context) {
+	for {
+		sns, err := m.opts.Store.ListSnapshots(ctx)
+		if err != nil {
+			m.log.Error("gc: list snapshots", "err", err)
+			return
+		}
+		removed := 0
+		for _, sn := range sns {
+			if sn.Kind != "fork" {
+				continue
+			}
+			users, err := m.opts.Store.SnapshotUsers(ctx, sn.ID)
+			if err != nil || len(users) > 0 {
+				continue
+			}
+			if err := m.removeSnapshot(ctx, sn); err != nil {
+				m.log.Error("gc: remove snapshot", "snapshot_id", sn.ID, "err", err)
+				continue
+			}
+			removed++
+		}
+		if removed == 0 {
+			return
+		}
+	}
+}

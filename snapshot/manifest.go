@@ -1,0 +1,225 @@
+// Package snapshot keeps snapshots honest on disk: every snapshot directory
+// has a manifest with a checksum of each of its files, and a snapshot whose
+// files no longer match is refused before anything boots from it. hostd's
+// sandbox manager does the capturing, restoring and forking; this package
+// owns the manifest, its verification and the directory layout.
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ManifestFile is the manifest's name in a snapshot directory.
+const ManifestFile = "manifest.json"
+
+// ErrCorrupt is returned when a snapshot's files do not match its manifest.
+var ErrCorrupt = errors.New("snapshot: corrupt")
+
+// Manifest lists a snapshot's files with their sizes and checksums.
+type Manifest struct {
+	Files []FileSum `json:"files"`
+}
+
+// FileSum is one file of a manifest.
+type FileSum struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Sum computes the checksum of a file: SHA-256 over its data extents, each
+// prefixed by its offset and length, so holes (untouched guest memory) cost
+// nothing to hash and still count.
+func Sum(path string) (FileSum, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return FileSum{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return FileSum{}, err
+	}
+	h := sha256.New()
+	size := fi.Size()
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			return FileSum{}, fmt.Errorf("snapshot: %s: %w", path, err)
+		}
+		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return FileSum{}, fmt.Errorf("snapshot: %s: %w", path, err)
+		}
+		fmt.Fprintf(h, "%d+%d\n", data, hole-data)
+		if _, err := io.Copy(h, io.NewSectionReader(f, data, hole-data)); err != nil {
+			return FileSum{}, fmt.Errorf("snapshot: %s: %w", path, err)
+		}
+		off = hole
+	}
+	return FileSum{Name: filepath.Base(path), Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// WriteManifest sums the named files of dir and writes the manifest.
+func WriteManifest(dir string, names []string) (Manifest, error) {
+	var m Manifest
+	for _, n := range names {
+		s, err := Sum(filepath.Join(dir, n))
+		if err != nil {
+			return m, err
+		}
+		m.Files = append(m.Files, s)
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return m, err
+	}
+	tmp := filepath.Join(dir, ManifestFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o444); err != nil {
+		return m, err
+	}
+	return m, os.Rename(tmp, filepath.Join(dir, ManifestFile))
+}
+
+// Checker verifies snapshots against their manifests. It remembers each
+// file it verified by inode, size, mtime and ctime, and checks a file again
+// only when one of them changed, so restoring the same snapshot many times
+// hashes it once.
+type Checker struct {
+	mu        sync.Mutex
+	seen      map[string]statKey
+	fresh     map[string]bool
+	freshDirs map[string][]string
+}
+
+type statKey struct {
+	ino, size          uint64
+	mtime, ctime       int64
+	mtimeNs, ctimeNsec int64
+}
+
+// NewChecker returns an empty Checker.
+func NewChecker() *Checker {
+	return &Checker{seen: map[string]statKey{}, fresh: map[string]bool{}, freshDirs: map[string][]string{}}
+}
+
+func keyOf(path string) (statKey, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return statKey{}, err
+	}
+	return statKey{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Sec, mtimeNs: st.Mtim.Nsec,
+		ctime: st.Ctim.Sec, ctimeNsec: st.Ctim.Nsec}, nil
+}
+
+// Fresh records dir's files as verified before their manifest exists: they
+// were just written by this process, which is summing them in the
+// background (WriteManifest). Until the manifest is there, Verify accepts
+// the files only while they are unchanged since Fresh.
+func (c *Checker) Fresh(dir string, names []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		k, err := keyOf(p)
+		if err != nil {
+			return err
+		}
+		c.seen[p] = k
+		c.fresh[p] = true
+	}
+	c.freshDirs[dir] = names
+	return nil
+}
+
+// Trust records dir's files as verified (they were just written and summed).
+func (c *Checker) Trust(dir string, m Manifest) {
+	c.mu.Lock()
+	delete(c.freshDirs, dir)
+	c.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range m.Files {
+		p := filepath.Join(dir, f.Name)
+		if k, err := keyOf(p); err == nil {
+			c.seen[p] = k
+		}
+	}
+}
+
+// Verify checks every file of dir's manifest. It returns an error wrapping
+// ErrCorrupt that names the first file that does not match.
+func (c *Checker) Verify(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	c.mu.Lock()
+	names, fresh := c.freshDirs[dir]
+	c.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) && fresh {
+		return c.verifyFresh(dir, names)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: no manifest: %v", ErrCorrupt, dir, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("%w: %s: bad manifest: %v", ErrCorrupt, dir, err)
+	}
+	for _, f := range m.Files {
+		if err := c.verifyFile(filepath.Join(dir, f.Name), f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyFresh accepts a fresh snapshot's files while they are unchanged.
+func (c *Checker) verifyFresh(dir string, names []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		k, err := keyOf(p)
+		if err != nil || c.seen[p] != k {
+			return fmt.Errorf("%w: %s changed before its checksum was written", ErrCorrupt, p)
+		}
+	}
+	return nil
+}
+
+func (c *Checker) verifyFile(p string, want FileSum) error {
+	k, err := keyOf(p)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, p, err)
+	}
+	c.mu.Lock()
+	ok := c.seen[p] == k
+	c.mu.Unlock()
+	if ok {
+		return nil
+	}
+	got, err := Sum(p)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if got.Size != want.Size || got.SHA256 != want.SHA256 {
+		return fmt.Errorf("%w: %s does not match its checksum (size %d, want %d)", ErrCorrupt, p, got.Size, want.Size)
+	}
+	c.mu.Lock()
+	c.seen[p] = k
+	c.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,55 @@
+package snapshot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestManifestDetectsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	mem := filepath.Join(dir, "memory")
+	f, _ := os.Create(mem)
+	f.Truncate(64 << 20) // mostly a hole
+	f.WriteAt([]byte("guest data"), 32<<20)
+	f.Close()
+	os.WriteFile(filepath.Join(dir, "state"), []byte("device state"), 0o644)
+	m, err := WriteManifest(dir, []string{"memory", "state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewChecker()
+	if err := c.Verify(dir); err != nil {
+		t.Fatalf("fresh snapshot: %v", err)
+	}
+	c.Trust(dir, m)
+	tests := []struct {
+		name   string
+		damage func()
+	}{
+		{"bit flip in the data", func() {
+			f, _ := os.OpenFile(mem, os.O_WRONLY, 0)
+			f.WriteAt([]byte("Guest data"), 32<<20)
+			f.Close()
+		}},
+		{"data where a hole was", func() {
+			f, _ := os.OpenFile(mem, os.O_WRONLY, 0)
+			f.WriteAt([]byte{0}, 1<<20)
+			f.Close()
+		}},
+		{"truncated", func() { os.Truncate(filepath.Join(dir, "state"), 3) }},
+		{"missing", func() { os.Remove(filepath.Join(dir, "state")) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.damage()
+			if err := NewChecker().Verify(dir); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("fresh checker: got %v, want ErrCorrupt", err)
+			}
+			if err := c.Verify(dir); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("checker that had trusted it: got %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}

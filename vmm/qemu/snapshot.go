@@ -1,0 +1,282 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Files of a QEMU snapshot directory.
+const (
+	snapMeta   = "vm.json" // snapMetadata
+	snapState  = "state"   // the migration stream
+	snapMemory = "memory"  // guest RAM, for memory format "file"
+)
+
+// Memory formats of a snapshot.
+const (
+	// memFile: guest RAM is the sparse file "memory"; the migration stream
+	// holds device state only. A restore maps the file copy-on-write
+	// (MAP_PRIVATE), so VMs restored from one snapshot share its pages.
+	memFile = "file"
+	// memStream: guest RAM is inside the migration stream. Written by VMs
+	// whose memory is a private mapping (restored ones), whose RAM QEMU can
+	// only migrate; a restore loads it into a fresh shared memfd.
+	memStream = "stream"
+)
+
+// snapMetadata describes a snapshot directory.
+type snapMetadata struct {
+	Backend   string `json:"backend"`
+	Memory    string `json:"memory"`
+	MemoryMiB int    `json:"memory_mib"`
+	VCPUs     int    `json:"vcpus"`
+}
+
+// migrationBandwidth lifts QEMU's default cap (~128 MiB/s) on migration.
+const migrationBandwidth = 64 << 30
+
+func sharedMemory(mib int) string {
+	return fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=/proc/self/fd/3,share=on", mib)
+}
+
+func newMemfd(id string, mib int) (*os.File, error) {
+	fd, err := unix.MemfdCreate("agentbox-"+id, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:agentbox-"+id)
+	if err := f.Truncate(int64(mib) << 20); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("qemu: memfd size: %w", err)
+	}
+	return f, nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	unix.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// setMigration lifts the migration bandwidth cap for every VM.
+func (vm *VM) setMigration(ctx context.Context) error {
+	_, err := vm.qmp.run(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(migrationBandwidth)})
+	return err
+}
+
+// ignoreShared sets whether migrations leave shared RAM out of the stream.
+// Both ends of one snapshot must agree: on for memory format "file", off
+// for "stream".
+func (vm *VM) ignoreShared(ctx context.Context, on bool) error {
+	caps := map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}}}
+	_, err := vm.qmp.run(ctx, "migrate-set-capabilities", caps)
+	return err
+}
+
+// Snapshot writes the paused VM's device state and memory into dir. The VM
+// stays paused; Resume continues it.
+func (vm *VM) Snapshot(ctx context.Context, dir string) error {
+	if err := vm.running(); err != nil {
+		return err
+	}
+	meta := snapMetadata{Backend: "qemu", Memory: memStream, MemoryMiB: vm.cfg.MemoryMiB, VCPUs: vm.cfg.VCPUs}
+	if vm.mem != nil {
+		meta.Memory = memFile
+	}
+	if err := vm.ignoreShared(ctx, vm.mem != nil); err != nil {
+		return err
+	}
+	if err := vm.migrateTo(ctx, filepath.Join(dir, snapState)); err != nil {
+		return err
+	}
+	if vm.mem != nil {
+		if err := copySparse(filepath.Join(dir, snapMemory), vm.mem, int64(vm.cfg.MemoryMiB)<<20); err != nil {
+			return fmt.Errorf("qemu: save memory: %w", err)
+		}
+	}
+	b, _ := json.Marshal(meta)
+	return writeSynced(filepath.Join(dir, snapMeta), b)
+}
+
+// migrateTo migrates the VM into a file and waits for the migration to end.
+func (vm *VM) migrateTo(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := vm.qmp.runFD(ctx, "getfd", map[string]any{"fdname": "snapshot"}, f); err != nil {
+		return err
+	}
+	if _, err := vm.qmp.run(ctx, "migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
+		return err
+	}
+	if err := vm.waitMigration(ctx, "query-migrate"); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// waitMigration polls until a migration has completed or failed.
+func (vm *VM) waitMigration(ctx context.Context, query string) error {
+	for {
+		raw, err := vm.qmp.run(ctx, query, nil)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("qemu: %s: %w", query, err)
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("qemu: migration %s: %s", st.Status, st.ErrorDesc)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-vm.done:
+			return vmm.ErrNotRunning
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Restore starts a VM from a snapshot that Snapshot wrote into dir. The VM
+// is paused when Restore returns.
+func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
+	meta, err := readSnapMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.VCPUs != meta.VCPUs || cfg.MemoryMiB != meta.MemoryMiB {
+		return nil, fmt.Errorf("%w: snapshot has %d vcpus and %d MiB, config %d and %d",
+			vmm.ErrInvalidConfig, meta.VCPUs, meta.MemoryMiB, cfg.VCPUs, cfg.MemoryMiB)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o launchOpts
+	memory := ""
+	if meta.Memory == memFile {
+		memory = fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=off", cfg.MemoryMiB, filepath.Join(dir, snapMemory))
+	} else {
+		if o.mem, err = newMemfd(cfg.ID, cfg.MemoryMiB); err != nil {
+			return nil, err
+		}
+		defer o.mem.Close()
+		memory = sharedMemory(cfg.MemoryMiB)
+	}
+	args := append(d.args(cfg, memory), "-S", "-incoming", "defer")
+	vm, err := d.launch(ctx, cfg, args, o)
+	if err != nil {
+		return nil, err
+	}
+	err = vm.ignoreShared(ctx, meta.Memory == memFile)
+	if err == nil {
+		err = vm.migrateFrom(ctx, filepath.Join(dir, snapState))
+	}
+	if err != nil {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return nil, errors.Join(fmt.Errorf("qemu: restore: %w", err), vm.Stop(stopCtx), vm.qemuLog())
+	}
+	return vm, nil
+}
+
+func readSnapMeta(dir string) (snapMetadata, error) {
+	var meta snapMetadata
+	b, err := os.ReadFile(filepath.Join(dir, snapMeta))
+	if errors.Is(err, os.ErrNotExist) {
+		return meta, fmt.Errorf("%w: %s is not a qemu snapshot (no %s)", vmm.ErrUnsupported, dir, snapMeta)
+	}
+	if err != nil {
+		return meta, err
+	}
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return meta, fmt.Errorf("qemu: %s: %w", snapMeta, err)
+	}
+	if meta.Backend != "qemu" {
+		return meta, fmt.Errorf("%w: snapshot was made by %q, not qemu", vmm.ErrUnsupported, meta.Backend)
+	}
+	return meta, nil
+}
+
+// migrateFrom loads the migration stream at path into a VM started with
+// -incoming defer, and waits until it is loaded.
+func (vm *VM) migrateFrom(ctx context.Context, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := vm.qmp.runFD(ctx, "getfd", map[string]any{"fdname": "snapshot"}, f); err != nil {
+		return err
+	}
+	if _, err := vm.qmp.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:snapshot"}); err != nil {
+		return err
+	}
+	return vm.waitMigration(ctx, "query-migrate")
+}
+
+// copySparse copies the data extents of src (size bytes) into a new file at
+// path, leaving holes where src has them (untouched guest memory).
+func copySparse(path string, src *os.File, size int64) error {
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	fd := int(src.Fd())
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		if _, err := dst.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := io.Copy(dst, io.NewSectionReader(src, data, hole-data)); err != nil {
+			return err
+		}
+		off = hole
+	}
+	if err := dst.Truncate(size); err != nil {
+		return err
+	}
+	return dst.Sync()
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	return errors.Join(err, f.Sync(), f.Close())
+}

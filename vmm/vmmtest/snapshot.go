@@ -1,0 +1,99 @@
+package vmmtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// snapshotVM pauses vm, snapshots it into a new directory with a copy of its
+// disk (disk.qcow2, the frozen layer the restores overlay), and resumes it.
+func snapshotVM(t *testing.T, vm vmm.VM, cfg vmm.Config) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := ShortTempDir(t)
+	if err := vm.Pause(ctx); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if err := vm.Snapshot(ctx, dir); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if err := copyFile(cfg.Disks[0].Path, filepath.Join(dir, "disk.qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Resume(ctx); err != nil {
+		t.Fatalf("resume after snapshot: %v", err)
+	}
+	return dir
+}
+
+// checkSnapshot snapshots a VM with a file and a running process, restores
+// it twice (the restores share the snapshot), and checks state, isolation,
+// and that a restored VM can itself be snapshotted and restored.
+func checkSnapshot(t *testing.T, d vmm.Driver, vm vmm.VM, c *agentclient.Client, cfg vmm.Config) {
+	ctx := context.Background()
+	runCmd(t, c, agentclient.Command{Shell: "echo before > /root/state; sync"})
+	if _, err := c.Start(ctx, agentclient.Command{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/counter; sleep 0.2; done"}); err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshotVM(t, vm, cfg)
+	// The source goes on after the snapshot.
+	runCmd(t, c, agentclient.Command{Shell: "echo after > /root/state"})
+	if out := runCmd(t, c, agentclient.Command{Shell: "cat /root/state"}); out.stdout != "after\n" {
+		t.Errorf("source after snapshot: got %q", out.stdout)
+	}
+	_, a, _ := boot(t, d, "restored-a", snap)
+	_, b, _ := boot(t, d, "restored-b", snap)
+	for name, rc := range map[string]*agentclient.Client{"a": a, "b": b} {
+		if out := runCmd(t, rc, agentclient.Command{Shell: "cat /root/state"}); out.stdout != "before\n" {
+			t.Errorf("restore %s: got %q, want the snapshot's state", name, out.stdout)
+		}
+		// The background process survived the snapshot and keeps counting.
+		if out := runCmd(t, rc, agentclient.Command{Shell: "a=$(cat /root/counter); sleep 1; b=$(cat /root/counter); [ $b -gt $a ] && echo counting"}); out.stdout != "counting\n" {
+			t.Errorf("restore %s: background process: got %q", name, out.stdout)
+		}
+	}
+	runCmd(t, a, agentclient.Command{Shell: "echo only-a > /root/state"})
+	if out := runCmd(t, b, agentclient.Command{Shell: "cat /root/state"}); out.stdout != "before\n" {
+		t.Errorf("a write in restore a shows in restore b: %q", out.stdout)
+	}
+	if _, err := d.Restore(ctx, vmConfig(t, "bad", ""), ShortTempDir(t)); !errors.Is(err, vmm.ErrUnsupported) {
+		t.Errorf("restore from an empty dir: got %v, want ErrUnsupported", err)
+	}
+	checkSnapshotOfRestore(t, d, a)
+}
+
+// checkSnapshotOfRestore snapshots a restored VM and restores that.
+func checkSnapshotOfRestore(t *testing.T, d vmm.Driver, _ *agentclient.Client) {
+	vm, c, cfg := boot(t, d, "second-gen", "")
+	runCmd(t, c, agentclient.Command{Shell: "echo gen1 > /root/gen; sync"})
+	snap1 := snapshotVM(t, vm, cfg)
+	vm2, c2, cfg2 := boot(t, d, "gen2", snap1)
+	runCmd(t, c2, agentclient.Command{Shell: "echo gen2 >> /root/gen; sync"})
+	snap2 := snapshotVM(t, vm2, cfg2)
+	_, c3, _ := boot(t, d, "gen3", snap2)
+	if out := runCmd(t, c3, agentclient.Command{Shell: "cat /root/gen"}); strings.TrimSpace(out.stdout) != "gen1\ngen2" {
+		t.Errorf("restore of a restore's snapshot: got %q", out.stdout)
+	}
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	return errors.Join(err, dst.Close())
+}
