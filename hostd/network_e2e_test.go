@@ -221,6 +221,7 @@ func TestNetworkEgress(t *testing.T) {
 	t.Run("policy patch takes effect", func(t *testing.T) { checkPatch(t, c, sb.ID, up) })
 	t.Run("audit events", func(t *testing.T) { checkEvents(t, c, sb.ID) })
 	t.Run("secret nowhere in the guest", func(t *testing.T) { checkSecretAbsent(t, c, sb.ID, data, secret) })
+	t.Run("fork and pause keep the network", func(t *testing.T) { checkForkPause(t, c, sb.ID, data) })
 	if up.SinkHits() != 0 {
 		t.Errorf("%d connections reached a sink address", up.SinkHits())
 	}
@@ -678,5 +679,46 @@ func TestNetworkHostdKilled(t *testing.T) {
 	}
 	if err := c2.DeleteSandbox(context.Background(), sb.ID); err != nil {
 		t.Error(err)
+	}
+}
+
+// checkForkPause: a fork gets its own namespace and its parent's policy; a
+// paused and resumed sandbox keeps its network.
+func checkForkPause(t *testing.T, c *client.Client, id, data string) {
+	ctx := context.Background()
+	domains := []string{"allowed.test"}
+	if _, err := c.PatchNetwork(ctx, id, client.NetworkPolicyPatch{AllowDomains: &domains}); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := c.Fork(ctx, id, 1)
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	f := forks[0]
+	defer c.DeleteSandbox(ctx, f.ID)
+	inst := netns.InstallationOf(data)
+	if !netns.Exists(inst.Name(f.ID)) {
+		t.Errorf("the fork has no namespace of its own")
+	}
+	if body, status, _ := curl(t, c, f.ID, "http://allowed.test/from-fork"); status != "200" {
+		t.Errorf("fork: allowed.test got %s %q", status, body)
+	}
+	if _, status, _ := curl(t, c, f.ID, "--resolve", "denied.test:80:10.0.0.1", "http://denied.test/"); status != "403" {
+		t.Errorf("fork: denied.test got %s, want 403", status)
+	}
+	if _, err := c.Pause(ctx, f.ID); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if _, err := c.Resume(ctx, f.ID); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if body, status, _ := curl(t, c, f.ID, "http://allowed.test/after-resume"); status != "200" {
+		t.Errorf("after resume: allowed.test got %s %q", status, body)
+	}
+	if err := c.DeleteSandbox(ctx, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if netns.Exists(inst.Name(f.ID)) {
+		t.Errorf("the fork's namespace is left after delete")
 	}
 }
