@@ -453,9 +453,17 @@ func checkSecretAbsent(t *testing.T, c *client.Client, id, data, secret string) 
 		t.Errorf("GH_TOKEN placeholder missing from the env")
 	}
 	mustExec(t, c, id, "sync")
-	overlay, err := os.ReadFile(filepath.Join(data, "sandboxes", id, "root.qcow2"))
-	if err != nil {
-		t.Fatal(err)
+	disks, _ := filepath.Glob(filepath.Join(data, "sandboxes", id, "*.qcow2"))
+	if len(disks) == 0 {
+		t.Fatal("no overlay found")
+	}
+	var overlay []byte
+	for _, d := range disks {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		overlay = append(overlay, b...)
 	}
 	for _, f := range forms {
 		if bytes.Contains(overlay, f) {
@@ -503,7 +511,7 @@ func guestMemory(t *testing.T, pid int) []byte {
 	}
 	for _, e := range ents {
 		link, _ := os.Readlink(filepath.Join(dir, e.Name()))
-		if !strings.HasPrefix(link, "/memfd:mem") {
+		if !strings.HasPrefix(link, "/memfd:agentbox-") {
 			continue
 		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))

@@ -49,6 +49,10 @@ const (
 // carries the MAC) need no change.
 const GuestMAC = "52:54:00:ab:00:02"
 
+// HostMAC is every tap's own address (the guest's gateway), fixed for the
+// same reason.
+const HostMAC = "52:54:00:ab:00:01"
+
 // TapName is the tap device's name inside each namespace.
 const TapName = "abtap0"
 
@@ -125,6 +129,12 @@ func (s *Sandbox) setup() error {
 		return fmt.Errorf("tap: %w", err)
 	}
 	s.Tap = tap.Fds[0]
+	// A fixed host-side MAC too: a restored guest's ARP cache still holds
+	// the one it knew, and must find it in the new namespace.
+	hw, _ := net.ParseMAC(HostMAC)
+	if err := netlink.LinkSetHardwareAddr(tap, hw); err != nil {
+		return fmt.Errorf("tap address: %w", err)
+	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: HostIP.AsSlice(), Mask: net.CIDRMask(PrefixLen, 32)}}
 	if err := netlink.AddrAdd(tap, addr); err != nil {
 		return fmt.Errorf("tap address: %w", err)

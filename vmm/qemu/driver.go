@@ -181,7 +181,8 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o la
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if cfg.Net != nil {
-		cmd.ExtraFiles = []*os.File{cfg.Net.Tap} // fd 3, see netArgs
+		// fd 4 (see netArgs); fd 3 is the memfd, or closed without one.
+		cmd.ExtraFiles = []*os.File{o.mem, cfg.Net.Tap}
 	}
 	if err := spawn(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)

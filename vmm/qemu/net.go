@@ -2,8 +2,9 @@ package qemu
 
 import "github.com/agentbox/agentbox/vmm"
 
-// tapFD is the tap's descriptor number in QEMU: the first of cmd.ExtraFiles.
-const tapFD = "3"
+// tapFD is the tap's descriptor number in QEMU: the second of
+// cmd.ExtraFiles (the first, fd 3, is the guest memory memfd).
+const tapFD = "4"
 
 // netArgs attaches the caller's tap as a virtio-net device on the microvm
 // virtio-mmio bus. QEMU gets the open descriptor, never the device's name, so
