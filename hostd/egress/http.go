@@ -74,7 +74,7 @@ func (p *Proxy) handler(b *box, scheme, sni string, port int) http.Handler {
 				pr.Out.Host = r.Host
 				pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), ctxKey{}, reqState{pol: pol}))
 			},
-			Transport:     p.transport,
+			Transport:     b.transport,
 			FlushInterval: -1,
 			ErrorLog:      log.New(io.Discard, "", 0),
 			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {

@@ -48,7 +48,7 @@ type Proxy struct {
 	opts      Options
 	log       *slog.Logger
 	res       *resolver
-	transport *http.Transport
+	tlsConfig *tls.Config
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -63,10 +63,11 @@ type Listeners struct {
 
 // box is one sandbox as the proxy sees it.
 type box struct {
-	id  string
-	pol atomic.Pointer[compiled]
-	ls  Listeners
-	dns []*dns.Server
+	id        string
+	pol       atomic.Pointer[compiled]
+	ls        Listeners
+	dns       []*dns.Server
+	transport *http.Transport
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -96,15 +97,21 @@ func New(opts Options) (*Proxy, error) {
 		return nil, errors.New("egress: UpstreamRootsPEM holds no certificate")
 	}
 	p := &Proxy{opts: opts, log: opts.Logger, res: res, boxes: map[string]*box{}}
-	p.transport = &http.Transport{
+	p.tlsConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return p, nil
+}
+
+// newTransport is one sandbox's upstream HTTP client: pooled connections are
+// never shared between sandboxes (each was dialed under one policy).
+func (p *Proxy) newTransport() *http.Transport {
+	return &http.Transport{
 		DialContext:           p.dialUpstream,
-		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:       p.tlsConfig.Clone(),
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       60 * time.Second,
 		TLSHandshakeTimeout:   15 * time.Second,
 		ResponseHeaderTimeout: 5 * time.Minute,
 	}
-	return p, nil
 }
 
 // CA is the proxy's interception CA.
@@ -116,7 +123,7 @@ func (p *Proxy) Attach(id string, pol Policy, ls Listeners) error {
 	if err != nil {
 		return err
 	}
-	b := &box{id: id, ls: ls, conns: map[net.Conn]struct{}{}}
+	b := &box{id: id, ls: ls, conns: map[net.Conn]struct{}{}, transport: p.newTransport()}
 	b.pol.Store(c)
 	p.mu.Lock()
 	if _, dup := p.boxes[id]; dup {
@@ -177,6 +184,7 @@ func (p *Proxy) Detach(id string) {
 		_ = c.Close()
 	}
 	b.mu.Unlock()
+	b.transport.CloseIdleConnections()
 }
 
 // track registers an open connection so Detach can close it; it reports
