@@ -54,10 +54,11 @@ test: assets test-unit test-vm
 
 test-unit:
 	go vet ./...
-	go test -race -count=1 $(GO_TEST_FLAGS) $$(go list ./... | grep -v -E '/vmm/qemu$$|/hostd$$|/cmd/agentbox')
+	go test -race -count=1 $(GO_TEST_FLAGS) $$(go list ./... | grep -v -E '/vmm/qemu$$|/hostd$$|/hostd/sandbox$$|/cmd/agentbox')
 
 test-vm: assets
-	go test -count=1 -timeout 20m $(GO_TEST_FLAGS) $(VM_PKGS)
+	@mkdir -p $(BIN)/test-artifacts # screenshots and other files that tests keep (t.ArtifactDir)
+	go test -count=1 -timeout 20m -artifacts -outputdir $(BIN)/test-artifacts $(GO_TEST_FLAGS) $(VM_PKGS)
 	@echo "Cloud Hypervisor end-to-end (runs only where the binary and working KVM exist):"
 	go test -count=1 -v -run TestConformanceRealCloudHypervisor ./vmm/cloudhypervisor/
 

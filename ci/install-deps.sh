@@ -27,6 +27,9 @@ PACKAGES=(
 	binutils  # readelf: checks the PVH ELF note of vmlinux
 	# protocol
 	protobuf-compiler # protoc for proto/
+	# service URL and PTY tests (hostd/svc_test.go)
+	chromium # headless browser that opens a sandbox's service URL
+	tmux     # drives `agentbox exec -it` in a real terminal
 )
 
 SUDO=()

@@ -21,11 +21,12 @@ import (
 
 // Defines values for ExecEventType.
 const (
-	ExecEventTypeError  ExecEventType = "error"
-	ExecEventTypeExit   ExecEventType = "exit"
-	ExecEventTypeStart  ExecEventType = "start"
-	ExecEventTypeStderr ExecEventType = "stderr"
-	ExecEventTypeStdout ExecEventType = "stdout"
+	ExecEventTypeError     ExecEventType = "error"
+	ExecEventTypeExit      ExecEventType = "exit"
+	ExecEventTypeKeepalive ExecEventType = "keepalive"
+	ExecEventTypeStart     ExecEventType = "start"
+	ExecEventTypeStderr    ExecEventType = "stderr"
+	ExecEventTypeStdout    ExecEventType = "stdout"
 )
 
 // Valid indicates whether the value is a known member of the ExecEventType enum.
@@ -34,6 +35,8 @@ func (e ExecEventType) Valid() bool {
 	case ExecEventTypeError:
 		return true
 	case ExecEventTypeExit:
+		return true
+	case ExecEventTypeKeepalive:
 		return true
 	case ExecEventTypeStart:
 		return true
@@ -236,6 +239,9 @@ type ExecEvent struct {
 	// ExitCode Set on exit (-1 when killed by a signal).
 	ExitCode *int `json:"exit_code,omitempty"`
 
+	// Offset On stdout and stderr events, the position of data's first byte in the session's output log.
+	Offset int64 `json:"offset,omitempty"`
+
 	// Signal Set on exit; the signal that ended the command or "".
 	Signal *string       `json:"signal,omitempty"`
 	Type   ExecEventType `json:"type"`
@@ -246,10 +252,16 @@ type ExecEventType string
 
 // ExecRequest defines model for ExecRequest.
 type ExecRequest struct {
+	// Background Start the command and answer 202 with its exec_id at once.
+	Background bool `json:"background,omitempty"`
+
 	// Cmd The argv; cmd[0] is looked up in the guest's PATH.
 	//
 	// Example: ["sh","-c","echo hi"]
 	Cmd []string `json:"cmd"`
+
+	// Cols Terminal columns with tty (0 = 80).
+	Cols int `json:"cols,omitempty"`
 
 	// Cwd Working directory (default /root).
 	Cwd string `json:"cwd,omitempty"`
@@ -257,8 +269,14 @@ type ExecRequest struct {
 	// Env Added to the sandbox's env for this command.
 	Env map[string]string `json:"env,omitempty"`
 
-	// Stdin Fed to the command, then closed (at most 16 MiB).
+	// Rows Terminal rows with tty (0 = 24).
+	Rows int `json:"rows,omitempty"`
+
+	// Stdin Fed to the command, then closed (at most 16 MiB; left open with tty).
 	Stdin string `json:"stdin,omitempty"`
+
+	// Tty Run on a pseudo-terminal (interactive; see the pty WebSocket).
+	Tty bool `json:"tty,omitempty"`
 }
 
 // ExecResult defines model for ExecResult.
@@ -275,6 +293,31 @@ type ExecResult struct {
 
 	// Truncated True when stdout or stderr was cut at 16 MiB.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ExecSession defines model for ExecSession.
+type ExecSession struct {
+	Cmd     []string   `json:"cmd"`
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	ExecID  string     `json:"exec_id"`
+
+	// ExitCode Set once exited (-1 when killed by a signal).
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	PID       int       `json:"pid"`
+	Running   bool      `json:"running"`
+	Signal    string    `json:"signal,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	Tty       bool      `json:"tty"`
+}
+
+// ExecSessionList defines model for ExecSessionList.
+type ExecSessionList struct {
+	Sessions []ExecSession `json:"sessions"`
+}
+
+// ExecStarted defines model for ExecStarted.
+type ExecStarted struct {
+	ExecID string `json:"exec_id"`
 }
 
 // FileInfo defines model for FileInfo.
@@ -416,6 +459,25 @@ type NetworkPolicyPatch struct {
 	Inject       *[]InjectRule `json:"inject,omitempty"`
 }
 
+// PortAccess defines model for PortAccess.
+type PortAccess struct {
+	// PathURL The path-based URL.
+	PathURL string `json:"path_url"`
+	Port    int    `json:"port"`
+	Public  bool   `json:"public"`
+
+	// Token The sandbox's access token (opens every port of it).
+	Token string `json:"token"`
+
+	// URL The host-based URL ("" when hostd has no --domain).
+	URL string `json:"url,omitempty"`
+}
+
+// PortSettings defines model for PortSettings.
+type PortSettings struct {
+	Public bool `json:"public"`
+}
+
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
@@ -456,6 +518,24 @@ type SecretList struct {
 	Secrets []SecretInfo `json:"secrets"`
 }
 
+// ShareLink defines model for ShareLink.
+type ShareLink struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	PathURL   string    `json:"path_url"`
+
+	// Token The link's token, for ?token= or X-Agentbox-Token.
+	Token string `json:"token"`
+
+	// URL The host-based URL with the link's token ("" without --domain).
+	URL string `json:"url,omitempty"`
+}
+
+// ShareLinkRequest defines model for ShareLinkRequest.
+type ShareLinkRequest struct {
+	// ExpiresInS Lifetime in seconds (0 = 3600; at most 30 days).
+	ExpiresInS int `json:"expires_in_s,omitempty"`
+}
+
 // SignalRequest defines model for SignalRequest.
 type SignalRequest struct {
 	// Signal A signal name (SIGTERM or TERM) or number.
@@ -479,7 +559,9 @@ type Snapshot struct {
 
 	// SandboxID The sandbox it was captured from.
 	SandboxID string `json:"sandbox_id"`
-	SizeBytes int64  `json:"size_bytes"`
+
+	// SizeBytes Disk space the snapshot's files take (holes in the memory file are free).
+	SizeBytes int64 `json:"size_bytes"`
 
 	// UsedBy What refers to it ("sandbox ID", "snapshot ID", "template NAME").
 	UsedBy []string `json:"used_by"`
@@ -495,6 +577,12 @@ type SnapshotList struct {
 type SnapshotRequest struct {
 	// CacheKey Recorded cache key (template build steps).
 	CacheKey string `json:"cache_key,omitempty"`
+
+	// Cwd Default working directory of commands in sandboxes started from this snapshot.
+	Cwd string `json:"cwd,omitempty"`
+
+	// Env Added to the env of sandboxes started from this snapshot (on top of the sandbox's own).
+	Env map[string]string `json:"env,omitempty"`
 
 	// Kind Recorded kind ("step" for template build steps).
 	Kind SnapshotRequestKind `json:"kind,omitempty"`
@@ -522,8 +610,14 @@ type TemplateList struct {
 	Templates []Template `json:"templates"`
 }
 
+// ExecID defines model for ExecID.
+type ExecID = string
+
 // GuestPath Example: /root/hello.txt
 type GuestPath = string
+
+// Port defines model for Port.
+type Port = int
 
 // SandboxID defines model for SandboxID.
 type SandboxID = string
@@ -544,6 +638,18 @@ type ListSandboxEventsParamsType string
 type ExecCommandParams struct {
 	// Stream Stream events as NDJSON instead of collecting the output.
 	Stream bool `form:"stream,omitempty" json:"stream,omitempty"`
+}
+
+// AttachExecParams defines parameters for AttachExec.
+type AttachExecParams struct {
+	// Offset Byte position in the session's output log to read from.
+	Offset int64 `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// ExecPTYParams defines parameters for ExecPTY.
+type ExecPTYParams struct {
+	// Offset Byte position in the session's output log to replay from.
+	Offset int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // RemoveFileParams defines parameters for RemoveFile.
@@ -605,6 +711,12 @@ type ForkSandboxJSONRequestBody = ForkRequest
 
 // PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
 type PatchSandboxNetworkJSONRequestBody = NetworkPolicyPatch
+
+// SetPortJSONRequestBody defines body for SetPort for application/json ContentType.
+type SetPortJSONRequestBody = PortSettings
+
+// CreateShareLinkJSONRequestBody defines body for CreateShareLink for application/json ContentType.
+type CreateShareLinkJSONRequestBody = ShareLinkRequest
 
 // SnapshotSandboxJSONRequestBody defines body for SnapshotSandbox for application/json ContentType.
 type SnapshotSandboxJSONRequestBody = SnapshotRequest
@@ -743,6 +855,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
 	ListSandboxEvents(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListExecs List the sandbox's exec sessions, oldest first.
+	//
+	// Running and finished sessions; the guest keeps the newest 256.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/exec (the `ListExecs` operationId).
+	ListExecs(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecCommandWithBody Run a command in a sandbox.
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
@@ -768,6 +887,18 @@ type ClientInterface interface {
 	//
 	// Errors before the start event (unknown sandbox, command not found) are
 	// ordinary error responses with their HTTP status.
+	//
+	// Output events carry `offset`, the position of their first byte in the
+	// session's output log (stdout and stderr combined). Every exec is a
+	// session: if the stream is cut, the command runs on, and
+	// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+	// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+	//
+	// With `background: true` the command starts and the answer is 202 with
+	// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+	// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+	// is all stdout; drive it with the WebSocket at
+	// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -800,24 +931,67 @@ type ClientInterface interface {
 	// Errors before the start event (unknown sandbox, command not found) are
 	// ordinary error responses with their HTTP status.
 	//
+	// Output events carry `offset`, the position of their first byte in the
+	// session's output log (stdout and stderr combined). Every exec is a
+	// session: if the stream is cut, the command runs on, and
+	// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+	// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+	//
+	// With `background: true` the command starts and the answer is 202 with
+	// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+	// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+	// is all stdout; drive it with the WebSocket at
+	// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/exec (the `ExecCommand` operationId).
 	ExecCommand(ctx context.Context, id SandboxID, params *ExecCommandParams, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AttachExec Re-attach to a session and stream its output from an offset.
+	//
+	// The answer is the NDJSON stream of `POST …/exec?stream=true`: a start
+	// event, output events (each with its `offset`) from `offset` on, then
+	// exit, with keepalive lines while idle. A running session is followed
+	// until it exits; a finished one is read to its end. The guest keeps the
+	// last 4 MiB of each session's output (while a reader is attached, a full
+	// log holds the command back instead of dropping output); if `offset` is
+	// older than that, the stream starts at the oldest byte kept, which the
+	// first output event's `offset` shows.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id} (the `AttachExec` operationId).
+	AttachExec(ctx context.Context, id SandboxID, execID ExecID, params *AttachExecParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExecPTY Drive a session interactively over a WebSocket.
+	//
+	// A WebSocket (HTTP/1.1 upgrade). Binary messages from the client are
+	// the session's stdin; binary messages from the server are its output
+	// from `offset` on (stdout and stderr merged; a terminal session has
+	// only stdout). Text messages are JSON control messages. Client to
+	// server: `{"type":"resize","rows":40,"cols":120}`,
+	// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
+	// ^D on a terminal). Server to client, last: `{"type":"exit",
+	// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
+	// normal close. Pings every 20 s keep it alive through proxies.
+	// Closing the socket leaves the session running; connect again to
+	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
+	ExecPTY(ctx context.Context, id SandboxID, execID ExecID, params *ExecPTYParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SignalExecWithBody Send a signal to a running command.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-	SignalExecWithBody(ctx context.Context, id SandboxID, execID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SignalExecWithBody(ctx context.Context, id SandboxID, execID ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SignalExec Send a signal to a running command.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-	SignalExec(ctx context.Context, id SandboxID, execID string, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	SignalExec(ctx context.Context, id SandboxID, execID ExecID, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RemoveFile Remove a file or directory.
 	//
@@ -922,6 +1096,63 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 	PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPort The service URLs of a guest TCP port, and how to open them.
+	//
+	// Service URLs reach a TCP port on the sandbox's loopback through the
+	// agent channel (not the guest's network):
+	//
+	// - host-based, `{scheme}://{port}-{sandbox}.{domain}/…`, when hostd runs
+	//   with `--domain` (a wildcard DNS name for the domain pointing at the
+	//   host is the operator's job; browsers resolve `*.localhost` themselves);
+	// - path-based, `/v1/sandboxes/{id}/ports/{port}/…` (note the slash after
+	//   the port), for setups without wildcard DNS. The guest sees the path
+	//   after the port. Prefer host-based URLs for untrusted content: every
+	//   path-based URL shares hostd's origin. `POST …/ports/{port}/links` is
+	//   this API, never forwarded.
+	//
+	// A URL is private unless made public. It opens with the API key
+	// (`Authorization: Bearer`), the sandbox's `token` (`Authorization:
+	// Bearer`, `X-Agentbox-Token`, or `?token=` on a first visit, which sets
+	// a cookie scoped to the URL), or a share link. hostd strips its
+	// credentials before forwarding. Without one the answer is 401, with an
+	// expired share link 403, with nothing listening on the port 502 (a page
+	// that says so), and 409 when the sandbox is not running. A request to a
+	// paused sandbox resumes it first. HTTP/1.1,
+	// HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
+	// (HTTP/1.1) pass through; responses are streamed, not buffered; the
+	// guest is spoken to in HTTP/1.1.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/ports/{port} (the `GetPort` operationId).
+	GetPort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetPortWithBody Make a port's service URLs public, or private again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+	SetPortWithBody(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetPort Make a port's service URLs public, or private again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+	SetPort(ctx context.Context, id SandboxID, port Port, body SetPortJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateShareLinkWithBody Make a signed share link to a port that expires.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+	CreateShareLinkWithBody(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateShareLink Make a signed share link to a port that expires.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+	CreateShareLink(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
 	//
@@ -1168,6 +1399,23 @@ func (c *Raw) ListSandboxEvents(ctx context.Context, id SandboxID, params *ListS
 	return c.Client.Do(req)
 }
 
+// ListExecs List the sandbox's exec sessions, oldest first.
+//
+// Running and finished sessions; the guest keeps the newest 256.
+//
+// Corresponds with GET /v1/sandboxes/{id}/exec (the `ListExecs` operationId).
+func (c *Raw) ListExecs(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListExecsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ExecCommandWithBody Run a command in a sandbox.
 //
 // Without `stream`, hostd waits for the command to exit and returns its
@@ -1193,6 +1441,18 @@ func (c *Raw) ListSandboxEvents(ctx context.Context, id SandboxID, params *ListS
 //
 // Errors before the start event (unknown sandbox, command not found) are
 // ordinary error responses with their HTTP status.
+//
+// Output events carry `offset`, the position of their first byte in the
+// session's output log (stdout and stderr combined). Every exec is a
+// session: if the stream is cut, the command runs on, and
+// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+//
+// With `background: true` the command starts and the answer is 202 with
+// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+// is all stdout; drive it with the WebSocket at
+// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1235,6 +1495,18 @@ func (c *Raw) ExecCommandWithBody(ctx context.Context, id SandboxID, params *Exe
 // Errors before the start event (unknown sandbox, command not found) are
 // ordinary error responses with their HTTP status.
 //
+// Output events carry `offset`, the position of their first byte in the
+// session's output log (stdout and stderr combined). Every exec is a
+// session: if the stream is cut, the command runs on, and
+// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+//
+// With `background: true` the command starts and the answer is 202 with
+// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+// is all stdout; drive it with the WebSocket at
+// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/sandboxes/{id}/exec (the `ExecCommand` operationId).
@@ -1250,12 +1522,63 @@ func (c *Raw) ExecCommand(ctx context.Context, id SandboxID, params *ExecCommand
 	return c.Client.Do(req)
 }
 
+// AttachExec Re-attach to a session and stream its output from an offset.
+//
+// The answer is the NDJSON stream of `POST …/exec?stream=true`: a start
+// event, output events (each with its `offset`) from `offset` on, then
+// exit, with keepalive lines while idle. A running session is followed
+// until it exits; a finished one is read to its end. The guest keeps the
+// last 4 MiB of each session's output (while a reader is attached, a full
+// log holds the command back instead of dropping output); if `offset` is
+// older than that, the stream starts at the oldest byte kept, which the
+// first output event's `offset` shows.
+//
+// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id} (the `AttachExec` operationId).
+func (c *Raw) AttachExec(ctx context.Context, id SandboxID, execID ExecID, params *AttachExecParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAttachExecRequest(c.Server, id, execID, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecPTY Drive a session interactively over a WebSocket.
+//
+// A WebSocket (HTTP/1.1 upgrade). Binary messages from the client are
+// the session's stdin; binary messages from the server are its output
+// from `offset` on (stdout and stderr merged; a terminal session has
+// only stdout). Text messages are JSON control messages. Client to
+// server: `{"type":"resize","rows":40,"cols":120}`,
+// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
+// ^D on a terminal). Server to client, last: `{"type":"exit",
+// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
+// normal close. Pings every 20 s keep it alive through proxies.
+// Closing the socket leaves the session running; connect again to
+// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
+//
+// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
+func (c *Raw) ExecPTY(ctx context.Context, id SandboxID, execID ExecID, params *ExecPTYParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecPTYRequest(c.Server, id, execID, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // SignalExecWithBody Send a signal to a running command.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-func (c *Raw) SignalExecWithBody(ctx context.Context, id SandboxID, execID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Raw) SignalExecWithBody(ctx context.Context, id SandboxID, execID ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSignalExecRequestWithBody(c.Server, id, execID, contentType, body)
 	if err != nil {
 		return nil, err
@@ -1272,7 +1595,7 @@ func (c *Raw) SignalExecWithBody(ctx context.Context, id SandboxID, execID strin
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-func (c *Raw) SignalExec(ctx context.Context, id SandboxID, execID string, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Raw) SignalExec(ctx context.Context, id SandboxID, execID ExecID, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSignalExecRequest(c.Server, id, execID, body)
 	if err != nil {
 		return nil, err
@@ -1518,6 +1841,113 @@ func (c *Raw) PatchSandboxNetwork(ctx context.Context, id SandboxID, body PatchS
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 func (c *Raw) PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseSandboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPort The service URLs of a guest TCP port, and how to open them.
+//
+// Service URLs reach a TCP port on the sandbox's loopback through the
+// agent channel (not the guest's network):
+//
+//   - host-based, `{scheme}://{port}-{sandbox}.{domain}/…`, when hostd runs
+//     with `--domain` (a wildcard DNS name for the domain pointing at the
+//     host is the operator's job; browsers resolve `*.localhost` themselves);
+//   - path-based, `/v1/sandboxes/{id}/ports/{port}/…` (note the slash after
+//     the port), for setups without wildcard DNS. The guest sees the path
+//     after the port. Prefer host-based URLs for untrusted content: every
+//     path-based URL shares hostd's origin. `POST …/ports/{port}/links` is
+//     this API, never forwarded.
+//
+// A URL is private unless made public. It opens with the API key
+// (`Authorization: Bearer`), the sandbox's `token` (`Authorization:
+// Bearer`, `X-Agentbox-Token`, or `?token=` on a first visit, which sets
+// a cookie scoped to the URL), or a share link. hostd strips its
+// credentials before forwarding. Without one the answer is 401, with an
+// expired share link 403, with nothing listening on the port 502 (a page
+// that says so), and 409 when the sandbox is not running. A request to a
+// paused sandbox resumes it first. HTTP/1.1,
+// HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
+// (HTTP/1.1) pass through; responses are streamed, not buffered; the
+// guest is spoken to in HTTP/1.1.
+//
+// Corresponds with GET /v1/sandboxes/{id}/ports/{port} (the `GetPort` operationId).
+func (c *Raw) GetPort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPortRequest(c.Server, id, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetPortWithBody Make a port's service URLs public, or private again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+func (c *Raw) SetPortWithBody(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetPortRequestWithBody(c.Server, id, port, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetPort Make a port's service URLs public, or private again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+func (c *Raw) SetPort(ctx context.Context, id SandboxID, port Port, body SetPortJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetPortRequest(c.Server, id, port, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateShareLinkWithBody Make a signed share link to a port that expires.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+func (c *Raw) CreateShareLinkWithBody(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateShareLinkRequestWithBody(c.Server, id, port, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateShareLink Make a signed share link to a port that expires.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+func (c *Raw) CreateShareLink(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateShareLinkRequest(c.Server, id, port, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2058,6 +2488,40 @@ func NewListSandboxEventsRequest(server string, id SandboxID, params *ListSandbo
 	return req, nil
 }
 
+// NewListExecsRequest constructs an http.Request for the ListExecs method
+func NewListExecsRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/exec", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewExecCommandRequest calls the generic ExecCommand builder with application/json body
 func NewExecCommandRequest(server string, id SandboxID, params *ExecCommandParams, body ExecCommandJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2128,8 +2592,136 @@ func NewExecCommandRequestWithBody(server string, id SandboxID, params *ExecComm
 	return req, nil
 }
 
+// NewAttachExecRequest constructs an http.Request for the AttachExec method
+func NewAttachExecRequest(server string, id SandboxID, execID ExecID, params *AttachExecParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "exec_id", execID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/exec/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExecPTYRequest constructs an http.Request for the ExecPTY method
+func NewExecPTYRequest(server string, id SandboxID, execID ExecID, params *ExecPTYParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "exec_id", execID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/exec/%s/pty", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewSignalExecRequest calls the generic SignalExec builder with application/json body
-func NewSignalExecRequest(server string, id SandboxID, execID string, body SignalExecJSONRequestBody) (*http.Request, error) {
+func NewSignalExecRequest(server string, id SandboxID, execID ExecID, body SignalExecJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
@@ -2140,7 +2732,7 @@ func NewSignalExecRequest(server string, id SandboxID, execID string, body Signa
 }
 
 // NewSignalExecRequestWithBody constructs an http.Request for the SignalExec method, with any body, and a specified content type
-func NewSignalExecRequestWithBody(server string, id SandboxID, execID string, contentType string, body io.Reader) (*http.Request, error) {
+func NewSignalExecRequestWithBody(server string, id SandboxID, execID ExecID, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2751,6 +3343,155 @@ func NewPauseSandboxRequest(server string, id SandboxID) (*http.Request, error) 
 	return req, nil
 }
 
+// NewGetPortRequest constructs an http.Request for the GetPort method
+func NewGetPortRequest(server string, id SandboxID, port Port) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetPortRequest calls the generic SetPort builder with application/json body
+func NewSetPortRequest(server string, id SandboxID, port Port, body SetPortJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetPortRequestWithBody(server, id, port, "application/json", bodyReader)
+}
+
+// NewSetPortRequestWithBody constructs an http.Request for the SetPort method, with any body, and a specified content type
+func NewSetPortRequestWithBody(server string, id SandboxID, port Port, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCreateShareLinkRequest calls the generic CreateShareLink builder with application/json body
+func NewCreateShareLinkRequest(server string, id SandboxID, port Port, body CreateShareLinkJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateShareLinkRequestWithBody(server, id, port, "application/json", bodyReader)
+}
+
+// NewCreateShareLinkRequestWithBody constructs an http.Request for the CreateShareLink method, with any body, and a specified content type
+func NewCreateShareLinkRequestWithBody(server string, id SandboxID, port Port, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports/%s/links", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewResumeSandboxRequest constructs an http.Request for the ResumeSandbox method
 func NewResumeSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -3273,6 +4014,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
 	ListSandboxEventsWithResponse(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*ListSandboxEventsResponse, error)
 
+	// ListExecsWithResponse List the sandbox's exec sessions, oldest first.
+	//
+	// Running and finished sessions; the guest keeps the newest 256.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/exec (the `ListExecs` operationId).
+	ListExecsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListExecsResponse, error)
+
 	// ExecCommandWithBodyWithResponse Run a command in a sandbox.
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
@@ -3298,6 +4048,18 @@ type ClientWithResponsesInterface interface {
 	//
 	// Errors before the start event (unknown sandbox, command not found) are
 	// ordinary error responses with their HTTP status.
+	//
+	// Output events carry `offset`, the position of their first byte in the
+	// session's output log (stdout and stderr combined). Every exec is a
+	// session: if the stream is cut, the command runs on, and
+	// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+	// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+	//
+	// With `background: true` the command starts and the answer is 202 with
+	// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+	// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+	// is all stdout; drive it with the WebSocket at
+	// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3330,24 +4092,71 @@ type ClientWithResponsesInterface interface {
 	// Errors before the start event (unknown sandbox, command not found) are
 	// ordinary error responses with their HTTP status.
 	//
+	// Output events carry `offset`, the position of their first byte in the
+	// session's output log (stdout and stderr combined). Every exec is a
+	// session: if the stream is cut, the command runs on, and
+	// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+	// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+	//
+	// With `background: true` the command starts and the answer is 202 with
+	// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+	// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+	// is all stdout; drive it with the WebSocket at
+	// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/exec (the `ExecCommand` operationId).
 	ExecCommandWithResponse(ctx context.Context, id SandboxID, params *ExecCommandParams, body ExecCommandJSONRequestBody, reqEditors ...RequestEditorFn) (*ExecCommandResponse, error)
+
+	// AttachExecWithResponse Re-attach to a session and stream its output from an offset.
+	//
+	// The answer is the NDJSON stream of `POST …/exec?stream=true`: a start
+	// event, output events (each with its `offset`) from `offset` on, then
+	// exit, with keepalive lines while idle. A running session is followed
+	// until it exits; a finished one is read to its end. The guest keeps the
+	// last 4 MiB of each session's output (while a reader is attached, a full
+	// log holds the command back instead of dropping output); if `offset` is
+	// older than that, the stream starts at the oldest byte kept, which the
+	// first output event's `offset` shows.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id} (the `AttachExec` operationId).
+	AttachExecWithResponse(ctx context.Context, id SandboxID, execID ExecID, params *AttachExecParams, reqEditors ...RequestEditorFn) (*AttachExecResponse, error)
+
+	// ExecPTYWithResponse Drive a session interactively over a WebSocket.
+	//
+	// A WebSocket (HTTP/1.1 upgrade). Binary messages from the client are
+	// the session's stdin; binary messages from the server are its output
+	// from `offset` on (stdout and stderr merged; a terminal session has
+	// only stdout). Text messages are JSON control messages. Client to
+	// server: `{"type":"resize","rows":40,"cols":120}`,
+	// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
+	// ^D on a terminal). Server to client, last: `{"type":"exit",
+	// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
+	// normal close. Pings every 20 s keep it alive through proxies.
+	// Closing the socket leaves the session running; connect again to
+	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
+	ExecPTYWithResponse(ctx context.Context, id SandboxID, execID ExecID, params *ExecPTYParams, reqEditors ...RequestEditorFn) (*ExecPTYResponse, error)
 
 	// SignalExecWithBodyWithResponse Send a signal to a running command.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-	SignalExecWithBodyWithResponse(ctx context.Context, id SandboxID, execID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignalExecResponse, error)
+	SignalExecWithBodyWithResponse(ctx context.Context, id SandboxID, execID ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignalExecResponse, error)
 
 	// SignalExecWithResponse Send a signal to a running command.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-	SignalExecWithResponse(ctx context.Context, id SandboxID, execID string, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*SignalExecResponse, error)
+	SignalExecWithResponse(ctx context.Context, id SandboxID, execID ExecID, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*SignalExecResponse, error)
 
 	// RemoveFileWithResponse Remove a file or directory.
 	//
@@ -3466,6 +4275,65 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 	PauseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*PauseSandboxResponse, error)
+
+	// GetPortWithResponse The service URLs of a guest TCP port, and how to open them.
+	//
+	// Service URLs reach a TCP port on the sandbox's loopback through the
+	// agent channel (not the guest's network):
+	//
+	// - host-based, `{scheme}://{port}-{sandbox}.{domain}/…`, when hostd runs
+	//   with `--domain` (a wildcard DNS name for the domain pointing at the
+	//   host is the operator's job; browsers resolve `*.localhost` themselves);
+	// - path-based, `/v1/sandboxes/{id}/ports/{port}/…` (note the slash after
+	//   the port), for setups without wildcard DNS. The guest sees the path
+	//   after the port. Prefer host-based URLs for untrusted content: every
+	//   path-based URL shares hostd's origin. `POST …/ports/{port}/links` is
+	//   this API, never forwarded.
+	//
+	// A URL is private unless made public. It opens with the API key
+	// (`Authorization: Bearer`), the sandbox's `token` (`Authorization:
+	// Bearer`, `X-Agentbox-Token`, or `?token=` on a first visit, which sets
+	// a cookie scoped to the URL), or a share link. hostd strips its
+	// credentials before forwarding. Without one the answer is 401, with an
+	// expired share link 403, with nothing listening on the port 502 (a page
+	// that says so), and 409 when the sandbox is not running. A request to a
+	// paused sandbox resumes it first. HTTP/1.1,
+	// HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
+	// (HTTP/1.1) pass through; responses are streamed, not buffered; the
+	// guest is spoken to in HTTP/1.1.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/ports/{port} (the `GetPort` operationId).
+	GetPortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*GetPortResponse, error)
+
+	// SetPortWithBodyWithResponse Make a port's service URLs public, or private again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+	SetPortWithBodyWithResponse(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetPortResponse, error)
+
+	// SetPortWithResponse Make a port's service URLs public, or private again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+	SetPortWithResponse(ctx context.Context, id SandboxID, port Port, body SetPortJSONRequestBody, reqEditors ...RequestEditorFn) (*SetPortResponse, error)
+
+	// CreateShareLinkWithBodyWithResponse Make a signed share link to a port that expires.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+	CreateShareLinkWithBodyWithResponse(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error)
+
+	// CreateShareLinkWithResponse Make a signed share link to a port that expires.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+	CreateShareLinkWithResponse(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error)
 
 	// ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
 	//
@@ -3911,11 +4779,61 @@ func (r ListSandboxEventsResponse) ContentType() string {
 	return ""
 }
 
+type ListExecsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExecSessionList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListExecsResponse) GetJSON200() *ExecSessionList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListExecsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListExecsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListExecsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListExecsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListExecsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ExecCommandResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ExecResult
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ExecStarted
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *Error
 }
@@ -3923,6 +4841,11 @@ type ExecCommandResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ExecCommandResponse) GetJSON200() *ExecResult {
 	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ExecCommandResponse) GetJSON202() *ExecStarted {
+	return r.JSON202
 }
 
 // GetJSONDefault returns the response for an HTTP default `application/json` response
@@ -3953,6 +4876,88 @@ func (r ExecCommandResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ExecCommandResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AttachExecResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r AttachExecResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AttachExecResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AttachExecResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AttachExecResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AttachExecResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExecPTYResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ExecPTYResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecPTYResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecPTYResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecPTYResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecPTYResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4487,6 +5492,150 @@ func (r PauseSandboxResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PauseSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PortAccess
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPortResponse) GetJSON200() *PortAccess {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetPortResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetPortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PortAccess
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetPortResponse) GetJSON200() *PortAccess {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r SetPortResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetPortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetPortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetPortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetPortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateShareLinkResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ShareLink
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateShareLinkResponse) GetJSON201() *ShareLink {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateShareLinkResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateShareLinkResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateShareLinkResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateShareLinkResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateShareLinkResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5162,6 +6311,21 @@ func (c *ClientWithResponses) ListSandboxEventsWithResponse(ctx context.Context,
 	return ParseListSandboxEventsResponse(rsp)
 }
 
+// ListExecsWithResponse List the sandbox's exec sessions, oldest first.
+//
+// Running and finished sessions; the guest keeps the newest 256.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/exec (the `ListExecs` operationId).
+func (c *ClientWithResponses) ListExecsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListExecsResponse, error) {
+	rsp, err := c.ListExecs(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListExecsResponse(rsp)
+}
+
 // ExecCommandWithBodyWithResponse Run a command in a sandbox.
 //
 // Without `stream`, hostd waits for the command to exit and returns its
@@ -5187,6 +6351,18 @@ func (c *ClientWithResponses) ListSandboxEventsWithResponse(ctx context.Context,
 //
 // Errors before the start event (unknown sandbox, command not found) are
 // ordinary error responses with their HTTP status.
+//
+// Output events carry `offset`, the position of their first byte in the
+// session's output log (stdout and stderr combined). Every exec is a
+// session: if the stream is cut, the command runs on, and
+// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+//
+// With `background: true` the command starts and the answer is 202 with
+// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+// is all stdout; drive it with the WebSocket at
+// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5225,6 +6401,18 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // Errors before the start event (unknown sandbox, command not found) are
 // ordinary error responses with their HTTP status.
 //
+// Output events carry `offset`, the position of their first byte in the
+// session's output log (stdout and stderr combined). Every exec is a
+// session: if the stream is cut, the command runs on, and
+// `GET /v1/sandboxes/{id}/exec/{exec_id}?offset=N` reads on from any
+// offset. An idle stream carries `{"type":"keepalive"}` lines every 20 s.
+//
+// With `background: true` the command starts and the answer is 202 with
+// its `exec_id` at once; attach to it later. With `tty: true` it runs on a
+// pseudo-terminal of `rows` x `cols`, its stdin stays open, and its output
+// is all stdout; drive it with the WebSocket at
+// `/v1/sandboxes/{id}/exec/{exec_id}/pty`.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sandboxes/{id}/exec (the `ExecCommand` operationId).
@@ -5236,12 +6424,59 @@ func (c *ClientWithResponses) ExecCommandWithResponse(ctx context.Context, id Sa
 	return ParseExecCommandResponse(rsp)
 }
 
+// AttachExecWithResponse Re-attach to a session and stream its output from an offset.
+//
+// The answer is the NDJSON stream of `POST …/exec?stream=true`: a start
+// event, output events (each with its `offset`) from `offset` on, then
+// exit, with keepalive lines while idle. A running session is followed
+// until it exits; a finished one is read to its end. The guest keeps the
+// last 4 MiB of each session's output (while a reader is attached, a full
+// log holds the command back instead of dropping output); if `offset` is
+// older than that, the stream starts at the oldest byte kept, which the
+// first output event's `offset` shows.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id} (the `AttachExec` operationId).
+func (c *ClientWithResponses) AttachExecWithResponse(ctx context.Context, id SandboxID, execID ExecID, params *AttachExecParams, reqEditors ...RequestEditorFn) (*AttachExecResponse, error) {
+	rsp, err := c.AttachExec(ctx, id, execID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAttachExecResponse(rsp)
+}
+
+// ExecPTYWithResponse Drive a session interactively over a WebSocket.
+//
+// A WebSocket (HTTP/1.1 upgrade). Binary messages from the client are
+// the session's stdin; binary messages from the server are its output
+// from `offset` on (stdout and stderr merged; a terminal session has
+// only stdout). Text messages are JSON control messages. Client to
+// server: `{"type":"resize","rows":40,"cols":120}`,
+// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
+// ^D on a terminal). Server to client, last: `{"type":"exit",
+// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
+// normal close. Pings every 20 s keep it alive through proxies.
+// Closing the socket leaves the session running; connect again to
+// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
+func (c *ClientWithResponses) ExecPTYWithResponse(ctx context.Context, id SandboxID, execID ExecID, params *ExecPTYParams, reqEditors ...RequestEditorFn) (*ExecPTYResponse, error) {
+	rsp, err := c.ExecPTY(ctx, id, execID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecPTYResponse(rsp)
+}
+
 // SignalExecWithBodyWithResponse Send a signal to a running command.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-func (c *ClientWithResponses) SignalExecWithBodyWithResponse(ctx context.Context, id SandboxID, execID string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignalExecResponse, error) {
+func (c *ClientWithResponses) SignalExecWithBodyWithResponse(ctx context.Context, id SandboxID, execID ExecID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SignalExecResponse, error) {
 	rsp, err := c.SignalExecWithBody(ctx, id, execID, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -5254,7 +6489,7 @@ func (c *ClientWithResponses) SignalExecWithBodyWithResponse(ctx context.Context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sandboxes/{id}/exec/{exec_id}/signal (the `SignalExec` operationId).
-func (c *ClientWithResponses) SignalExecWithResponse(ctx context.Context, id SandboxID, execID string, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*SignalExecResponse, error) {
+func (c *ClientWithResponses) SignalExecWithResponse(ctx context.Context, id SandboxID, execID ExecID, body SignalExecJSONRequestBody, reqEditors ...RequestEditorFn) (*SignalExecResponse, error) {
 	rsp, err := c.SignalExec(ctx, id, execID, body, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -5462,6 +6697,95 @@ func (c *ClientWithResponses) PauseSandboxWithResponse(ctx context.Context, id S
 		return nil, err
 	}
 	return ParsePauseSandboxResponse(rsp)
+}
+
+// GetPortWithResponse The service URLs of a guest TCP port, and how to open them.
+//
+// Service URLs reach a TCP port on the sandbox's loopback through the
+// agent channel (not the guest's network):
+//
+//   - host-based, `{scheme}://{port}-{sandbox}.{domain}/…`, when hostd runs
+//     with `--domain` (a wildcard DNS name for the domain pointing at the
+//     host is the operator's job; browsers resolve `*.localhost` themselves);
+//   - path-based, `/v1/sandboxes/{id}/ports/{port}/…` (note the slash after
+//     the port), for setups without wildcard DNS. The guest sees the path
+//     after the port. Prefer host-based URLs for untrusted content: every
+//     path-based URL shares hostd's origin. `POST …/ports/{port}/links` is
+//     this API, never forwarded.
+//
+// A URL is private unless made public. It opens with the API key
+// (`Authorization: Bearer`), the sandbox's `token` (`Authorization:
+// Bearer`, `X-Agentbox-Token`, or `?token=` on a first visit, which sets
+// a cookie scoped to the URL), or a share link. hostd strips its
+// credentials before forwarding. Without one the answer is 401, with an
+// expired share link 403, with nothing listening on the port 502 (a page
+// that says so), and 409 when the sandbox is not running. A request to a
+// paused sandbox resumes it first. HTTP/1.1,
+// HTTP/2 (TLS, or cleartext with prior knowledge) and WebSocket upgrades
+// (HTTP/1.1) pass through; responses are streamed, not buffered; the
+// guest is spoken to in HTTP/1.1.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/ports/{port} (the `GetPort` operationId).
+func (c *ClientWithResponses) GetPortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*GetPortResponse, error) {
+	rsp, err := c.GetPort(ctx, id, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPortResponse(rsp)
+}
+
+// SetPortWithBodyWithResponse Make a port's service URLs public, or private again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+func (c *ClientWithResponses) SetPortWithBodyWithResponse(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetPortResponse, error) {
+	rsp, err := c.SetPortWithBody(ctx, id, port, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetPortResponse(rsp)
+}
+
+// SetPortWithResponse Make a port's service URLs public, or private again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/sandboxes/{id}/ports/{port} (the `SetPort` operationId).
+func (c *ClientWithResponses) SetPortWithResponse(ctx context.Context, id SandboxID, port Port, body SetPortJSONRequestBody, reqEditors ...RequestEditorFn) (*SetPortResponse, error) {
+	rsp, err := c.SetPort(ctx, id, port, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetPortResponse(rsp)
+}
+
+// CreateShareLinkWithBodyWithResponse Make a signed share link to a port that expires.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+func (c *ClientWithResponses) CreateShareLinkWithBodyWithResponse(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error) {
+	rsp, err := c.CreateShareLinkWithBody(ctx, id, port, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateShareLinkResponse(rsp)
+}
+
+// CreateShareLinkWithResponse Make a signed share link to a port that expires.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
+func (c *ClientWithResponses) CreateShareLinkWithResponse(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error) {
+	rsp, err := c.CreateShareLink(ctx, id, port, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateShareLinkResponse(rsp)
 }
 
 // ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
@@ -5895,6 +7219,39 @@ func ParseListSandboxEventsResponse(rsp *http.Response) (*ListSandboxEventsRespo
 	return response, nil
 }
 
+// ParseListExecsResponse parses an HTTP response from a ListExecsWithResponse call
+func ParseListExecsResponse(rsp *http.Response) (*ListExecsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListExecsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExecSessionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseExecCommandResponse parses an HTTP response from a ExecCommandWithResponse call
 func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5916,6 +7273,13 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ExecStarted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5925,6 +7289,61 @@ func ParseExecCommandResponse(rsp *http.Response) (*ExecCommandResponse, error) 
 
 	case rsp.StatusCode == 200:
 		// Content-type (application/x-ndjson) unsupported
+
+	}
+
+	return response, nil
+}
+
+// ParseAttachExecResponse parses an HTTP response from a AttachExecWithResponse call
+func ParseAttachExecResponse(rsp *http.Response) (*AttachExecResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AttachExecResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExecPTYResponse parses an HTTP response from a ExecPTYWithResponse call
+func ParseExecPTYResponse(rsp *http.Response) (*ExecPTYResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecPTYResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 101:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
 
 	}
 
@@ -6287,6 +7706,105 @@ func ParsePauseSandboxResponse(rsp *http.Response) (*PauseSandboxResponse, error
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetPortResponse parses an HTTP response from a GetPortWithResponse call
+func ParseGetPortResponse(rsp *http.Response) (*GetPortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PortAccess
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetPortResponse parses an HTTP response from a SetPortWithResponse call
+func ParseSetPortResponse(rsp *http.Response) (*SetPortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetPortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PortAccess
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateShareLinkResponse parses an HTTP response from a CreateShareLinkWithResponse call
+func ParseCreateShareLinkResponse(rsp *http.Response) (*CreateShareLinkResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateShareLinkResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ShareLink
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

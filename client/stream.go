@@ -47,6 +47,9 @@ func readEvents(r io.Reader, fn func(Event) error) error {
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return fmt.Errorf("client: bad exec event: %w", err)
 		}
+		if ev.Type == ExecEventTypeKeepalive {
+			continue
+		}
 		if ev.Type == ExecEventTypeError {
 			if ev.Error == nil {
 				return &APIError{Code: "internal", Message: "exec stream failed"}

@@ -20,7 +20,7 @@ import (
 const ReadyMarker = "AGENTBOX-READY"
 
 // ProbeMarker is printed in probe mode (agentbox.probe=1) before power-off.
-const ProbeMarker = "AGENTBOX-PROBE-OK"
+const ProbeMarker = vmm.ProbeMarker
 
 // Main runs PID 1. It never returns: on a fatal error it logs and reboots,
 // which ends the VM (hostd runs QEMU with -no-reboot).
@@ -95,6 +95,12 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
 	go func() {
 		if err := srv.Serve(context.Background(), l); err != nil {
 			log.Error("agent server stopped", "err", err)
+		}
+	}()
+	pf := router.Listen(vmm.PortForwardPort)
+	go func() {
+		if err := ServePortForward(pf, log); err != nil {
+			log.Error("port forward stopped", "err", err)
 		}
 	}()
 	started := 0

@@ -19,25 +19,36 @@ const (
 // sends channel.ResetMarker at a boundary, keeping what follows the marker
 // for the next session.
 type resyncReader struct {
-	src  io.Reader
-	buf  []byte // bytes read from src, not yet passed on
-	left int    // bytes of the current frame still to pass on
-	hdr  []byte // partial frame header collected so far
-	done bool   // the marker was seen
+	src     io.Reader
+	buf     []byte // bytes read from src, not yet passed on
+	scratch []byte // fill's read buffer, reused
+	left    int    // payload bytes of the current frame still to pass on
+	hdr     []byte // partial frame header collected so far
+	done    bool   // the marker was seen
 }
 
-// read fills r.buf from src.
+// fill reads more of src into r.buf.
 func (r *resyncReader) fill() error {
-	b := make([]byte, 64<<10)
-	n, err := r.src.Read(b)
-	r.buf = append(r.buf, b[:n]...)
-	if n > 0 {
-		return nil
+	if r.scratch == nil {
+		r.scratch = make([]byte, 64<<10)
 	}
-	if err == nil {
-		err = io.ErrNoProgress
+	keep := r.buf
+	if len(keep) > 0 {
+		keep = append([]byte(nil), keep...) // it may alias scratch
 	}
-	return err
+	n, err := r.src.Read(r.scratch)
+	if n == 0 {
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return err
+	}
+	if len(keep) == 0 {
+		r.buf = r.scratch[:n:n]
+	} else {
+		r.buf = append(keep, r.scratch[:n]...)
+	}
+	return nil
 }
 
 func (r *resyncReader) Read(p []byte) (int, error) {
@@ -45,15 +56,13 @@ func (r *resyncReader) Read(p []byte) (int, error) {
 		if r.done {
 			return 0, io.EOF
 		}
+		if r.left > 0 {
+			return r.payload(p)
+		}
 		if len(r.buf) == 0 {
 			if err := r.fill(); err != nil {
 				return 0, err
 			}
-		}
-		if r.left > 0 {
-			n := copy(p, r.buf[:min(len(r.buf), r.left, len(p))])
-			r.buf, r.left = r.buf[n:], r.left-n
-			return n, nil
 		}
 		// At a frame boundary: is it the marker?
 		if len(r.hdr) == 0 && r.buf[0] == channel.ResetMarker[0] {
@@ -67,10 +76,9 @@ func (r *resyncReader) Read(p []byte) (int, error) {
 				return 0, io.EOF
 			}
 		}
-		// Pass a header byte by byte until it is whole, then learn the
+		// Pass header bytes until the header is whole, then learn the
 		// frame's payload length.
-		need := yamuxHeader - len(r.hdr)
-		n := copy(p, r.buf[:min(len(r.buf), need, len(p))])
+		n := copy(p, r.buf[:min(len(r.buf), yamuxHeader-len(r.hdr))])
 		r.hdr = append(r.hdr, r.buf[:n]...)
 		r.buf = r.buf[n:]
 		if len(r.hdr) == yamuxHeader {
@@ -81,6 +89,25 @@ func (r *resyncReader) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+}
+
+// payload passes on bytes of a data frame, straight from src when nothing
+// is buffered.
+func (r *resyncReader) payload(p []byte) (int, error) {
+	if len(r.buf) > 0 {
+		n := copy(p, r.buf[:min(len(r.buf), r.left)])
+		r.buf, r.left = r.buf[n:], r.left-n
+		return n, nil
+	}
+	n, err := r.src.Read(p[:min(len(p), r.left)])
+	r.left -= n
+	if n > 0 {
+		return n, nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return 0, err
 }
 
 // rest returns what the reader holds after the marker.

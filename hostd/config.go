@@ -48,6 +48,13 @@ type Config struct {
 	EgressUpstreamCA string
 	// Logger receives hostd's logs.
 	Logger *slog.Logger
+	// Domain enables host-based service URLs, {port}-{sandbox}.{Domain}
+	// (a wildcard DNS name pointing at the host is the operator's job);
+	// path-based ones, /v1/sandboxes/{id}/ports/{port}/, always work.
+	Domain string
+	// TLSCert and TLSKey, if both set, make hostd serve HTTPS (HTTP/1.1 and
+	// HTTP/2 by ALPN) instead of cleartext HTTP/1.1 and h2c.
+	TLSCert, TLSKey string
 }
 
 // CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
+	"github.com/agentbox/agentbox/hostd/portproxy"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
@@ -66,20 +67,36 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("hostd: recover: %w", err)
 	}
-	handler := api.New(api.Options{Manager: mgr, Auth: auth.New(st), Health: func() api.HealthInfo { return health }, Logger: log,
+	authn := auth.New(st)
+	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log})
+	if err != nil {
+		return fmt.Errorf("hostd: %w", err)
+	}
+	defer ports.Close()
+	handler := api.New(api.Options{Manager: mgr, Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
 		Network: mgr, Secrets: box})
-	return serve(ctx, cfg.Listen, handler, mgr, log, ready)
+	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }
 
-func serve(ctx context.Context, addr string, h http.Handler, mgr *sandbox.Manager, log *slog.Logger, ready func(string)) error {
-	l, err := net.Listen("tcp", addr)
+func serve(ctx context.Context, cfg Config, h http.Handler, mgr *sandbox.Manager, log *slog.Logger, ready func(string)) error {
+	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("hostd: listen: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	// No read, write or idle timeouts cut a request once its headers are
+	// in: exec streams, terminals and service URLs live as long as they are
+	// used (their keepalives keep proxies from cutting them).
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, Protocols: protocols(cfg)}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	log.Info("hostd listening", "addr", l.Addr().String())
+	tls := cfg.TLSCert != "" && cfg.TLSKey != ""
+	go func() {
+		if tls {
+			errc <- srv.ServeTLS(l, cfg.TLSCert, cfg.TLSKey)
+			return
+		}
+		errc <- srv.Serve(l)
+	}()
+	log.Info("hostd listening", "addr", l.Addr().String(), "tls", tls, "domain", cfg.Domain)
 	if ready != nil {
 		ready(l.Addr().String())
 	}
@@ -98,6 +115,19 @@ func serve(ctx context.Context, addr string, h http.Handler, mgr *sandbox.Manage
 		err = nil
 	}
 	return errors.Join(err, cerr, serr)
+}
+
+// protocols are HTTP/1.1 and HTTP/2: over TLS by ALPN, and in cleartext
+// with prior knowledge (h2c), so HTTP/2 clients of service URLs pass.
+func protocols(cfg Config) *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	if cfg.TLSCert != "" {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return p
 }
 
 // validVMM lists the accepted values of Config.VMM.

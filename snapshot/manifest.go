@@ -38,9 +38,15 @@ type FileSum struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Sum computes the checksum of a file: SHA-256 over its data extents, each
-// prefixed by its offset and length, so holes (untouched guest memory) cost
-// nothing to hash and still count.
+// sumBlock is the unit of Sum.
+const sumBlock = 64 << 10
+
+// Sum computes the checksum of a file's content: SHA-256 over its non-zero
+// 64 KiB blocks, each prefixed by its offset, and the size. Holes and zero
+// blocks count as zeros without being hashed, so a sparse memory file costs
+// only its data to check, and the sum does not depend on how the filesystem
+// happens to lay the file out (ext4 may report a zeroed range as data or as a
+// hole, depending on its page cache).
 func Sum(path string) (FileSum, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -53,8 +59,11 @@ func Sum(path string) (FileSum, error) {
 	}
 	h := sha256.New()
 	size := fi.Size()
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+	fmt.Fprintf(h, "size %d\n", size)
+	buf := make([]byte, sumBlock)
+	next := int64(0) // the first block not yet hashed
+	for next*sumBlock < size {
+		data, err := unix.Seek(int(f.Fd()), next*sumBlock, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break
 		}
@@ -65,17 +74,47 @@ func Sum(path string) (FileSum, error) {
 		if err != nil {
 			return FileSum{}, fmt.Errorf("snapshot: %s: %w", path, err)
 		}
-		fmt.Fprintf(h, "%d+%d\n", data, hole-data)
-		if _, err := io.Copy(h, io.NewSectionReader(f, data, hole-data)); err != nil {
-			return FileSum{}, fmt.Errorf("snapshot: %s: %w", path, err)
+		for b := max(next, data/sumBlock); b*sumBlock < hole; b++ {
+			n, err := f.ReadAt(buf, b*sumBlock)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return FileSum{}, fmt.Errorf("snapshot: %s: %w", path, err)
+			}
+			if !allZero(buf[:n]) {
+				fmt.Fprintf(h, "%d\n", b)
+				h.Write(buf[:n])
+			}
+			next = b + 1
 		}
-		off = hole
 	}
 	return FileSum{Name: filepath.Base(path), Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // WriteManifest sums the named files of dir and writes the manifest.
 func WriteManifest(dir string, names []string) (Manifest, error) {
+	m, err := Sums(dir, names)
+	if err != nil {
+		return m, err
+	}
+	return m, m.Write(dir)
+}
+
+// Sums sums the named files of dir.
+func Sums(dir string, names []string) (Manifest, error) {
 	var m Manifest
 	for _, n := range names {
 		s, err := Sum(filepath.Join(dir, n))
@@ -84,15 +123,20 @@ func WriteManifest(dir string, names []string) (Manifest, error) {
 		}
 		m.Files = append(m.Files, s)
 	}
+	return m, nil
+}
+
+// Write writes m as dir's manifest, atomically.
+func (m Manifest) Write(dir string) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return m, err
+		return err
 	}
 	tmp := filepath.Join(dir, ManifestFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o444); err != nil {
-		return m, err
+		return err
 	}
-	return m, os.Rename(tmp, filepath.Join(dir, ManifestFile))
+	return os.Rename(tmp, filepath.Join(dir, ManifestFile))
 }
 
 // Checker verifies snapshots against their manifests. It remembers each
@@ -186,18 +230,33 @@ func (c *Checker) Verify(dir string) error {
 	return nil
 }
 
-// verifyFresh accepts a fresh snapshot's files while they are unchanged.
+// verifyFresh accepts a fresh snapshot's files while their content is
+// unchanged: same inode, size and mtime (a link count or mode change, which
+// only moves ctime, does not count).
 func (c *Checker) verifyFresh(dir string, names []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range names {
 		p := filepath.Join(dir, n)
 		k, err := keyOf(p)
-		if err != nil || c.seen[p] != k {
+		if err != nil || !k.sameContent(c.seen[p]) {
 			return fmt.Errorf("%w: %s changed before its checksum was written", ErrCorrupt, p)
 		}
 	}
 	return nil
+}
+
+// Unchanged reports whether a fresh dir's files still have the content
+// they had at Fresh. The manifest is written only if they do.
+func (c *Checker) Unchanged(dir string) bool {
+	c.mu.Lock()
+	names := c.freshDirs[dir]
+	c.mu.Unlock()
+	return c.verifyFresh(dir, names) == nil
+}
+
+func (k statKey) sameContent(o statKey) bool {
+	return k.ino == o.ino && k.size == o.size && k.mtime == o.mtime && k.mtimeNs == o.mtimeNs
 }
 
 func (c *Checker) verifyFile(p string, want FileSum) error {

@@ -61,7 +61,7 @@ func run() error {
 		return err
 	}
 	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
-	for _, b := range []func(context.Context, *client.Client, client.Sandbox, *table, int) error{benchExec, benchFiles, benchIdle} {
+	for _, b := range []func(context.Context, *client.Client, client.Sandbox, *table, int) error{benchExec, benchFiles, benchServices, benchIdle} {
 		if err := b(ctx, c, sb, t, *execs); err != nil {
 			return err
 		}

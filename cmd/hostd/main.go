@@ -32,6 +32,9 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Kernel, "kernel", "", "guest kernel (PVH vmlinux)")
 	fs.StringVar(&cfg.Initramfs, "initramfs", "", "guest initramfs")
 	fs.StringVar(&cfg.BaseImage, "base-image", "", "base root filesystem (qcow2)")
+	fs.StringVar(&cfg.Domain, "domain", os.Getenv("AGENTBOX_DOMAIN"), "host-based service URLs at {port}-{sandbox}.DOMAIN")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", os.Getenv("AGENTBOX_TLS_CERT"), "serve HTTPS (and HTTP/2) with this certificate")
+	fs.StringVar(&cfg.TLSKey, "tls-key", os.Getenv("AGENTBOX_TLS_KEY"), "the key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -90,11 +90,13 @@ func NewExec(sp Spawner, log *slog.Logger) *Exec {
 
 // session is one process and its output.
 type session struct {
-	id      string
-	argv    []string
-	pid     int
-	out     *outputLog
-	stdin   *os.File
+	id    string
+	argv  []string
+	pid   int
+	out   *outputLog
+	stdin *os.File
+	// tty is the PTY master of a terminal session (nil otherwise).
+	tty     *os.File
 	started time.Time
 
 	mu     sync.Mutex
@@ -131,7 +133,12 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 		return nil, err
 	}
 	s := &session{id: newID(), argv: argv, out: newOutputLog(logCapacity), started: time.Now(), done: make(chan struct{})}
-	pipes, err := attachPipes(cmd, s, req.Stdin)
+	var pipes *pipeSet
+	if req.Tty {
+		pipes, err = attachPTY(cmd, s, req.Rows, req.Cols)
+	} else {
+		pipes, err = attachPipes(cmd, s, req.Stdin)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -265,9 +272,12 @@ func (p *pipeSet) closeParentEnds() {
 // watch pumps output until the process has exited and its pipes are drained.
 func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
 	var pumps sync.WaitGroup
-	pumps.Add(2)
+	pumps.Add(1)
 	go pump(&pumps, p.stdout, s.out, agentv1.OutputKind_OUTPUT_KIND_STDOUT)
-	go pump(&pumps, p.stderr, s.out, agentv1.OutputKind_OUTPUT_KIND_STDERR)
+	if p.stderr != nil { // a PTY session has one output stream
+		pumps.Add(1)
+		go pump(&pumps, p.stderr, s.out, agentv1.OutputKind_OUTPUT_KIND_STDERR)
+	}
 	drained := make(chan struct{})
 	go func() { pumps.Wait(); close(drained) }()
 
@@ -368,7 +378,11 @@ func (e *Exec) WriteStdin(ctx context.Context, req *agentv1.WriteStdinRequest) (
 			return nil, toStatus(err)
 		}
 	}
-	if req.Close {
+	if req.Close && s.tty != nil {
+		if _, err := s.tty.Write([]byte{eot}); err != nil {
+			return nil, toStatus(err)
+		}
+	} else if req.Close {
 		if err := s.stdin.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 			return nil, toStatus(err)
 		}
@@ -406,7 +420,7 @@ func (e *Exec) List(ctx context.Context, _ *agentv1.Empty) (*agentv1.ListSession
 	resp := &agentv1.ListSessionsResponse{}
 	for _, s := range all {
 		st, done := s.exited()
-		out := &agentv1.Session{Id: s.id, Argv: s.argv, Pid: int32(s.pid), Running: !done, StartedUnixNano: s.started.UnixNano()}
+		out := &agentv1.Session{Id: s.id, Argv: s.argv, Pid: int32(s.pid), Running: !done, StartedUnixNano: s.started.UnixNano(), Tty: s.tty != nil}
 		if done {
 			s.mu.Lock()
 			out.EndedUnixNano = s.ended.UnixNano()

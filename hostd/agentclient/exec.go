@@ -22,6 +22,9 @@ type Command struct {
 	Cwd   string
 	// Stdin keeps stdin open for WriteStdin.
 	Stdin bool
+	// Tty runs the command on a pseudo-terminal of Rows x Cols (0: 24x80).
+	Tty        bool
+	Rows, Cols uint32
 }
 
 // Output is a piece of a session's output.
@@ -39,7 +42,8 @@ type Exit struct {
 
 // Start launches cmd and returns its session id.
 func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
-	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin})
+	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin,
+		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols})
 	if err != nil {
 		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
 			return "", fmt.Errorf("%w: %s", ErrStart, st.Message())
@@ -105,4 +109,10 @@ func (c *Client) sessionErr(id string, err error) error {
 		return fmt.Errorf("%w: %s", ErrNoSession, id)
 	}
 	return fromStatus(err)
+}
+
+// Resize sets a PTY session's terminal size.
+func (c *Client) Resize(ctx context.Context, id string, rows, cols uint32) error {
+	_, err := c.exec.Resize(ctx, &agentv1.ResizeRequest{Id: id, Rows: rows, Cols: cols})
+	return c.sessionErr(id, err)
 }

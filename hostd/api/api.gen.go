@@ -16,11 +16,12 @@ import (
 
 // Defines values for ExecEventType.
 const (
-	ExecEventTypeError  ExecEventType = "error"
-	ExecEventTypeExit   ExecEventType = "exit"
-	ExecEventTypeStart  ExecEventType = "start"
-	ExecEventTypeStderr ExecEventType = "stderr"
-	ExecEventTypeStdout ExecEventType = "stdout"
+	ExecEventTypeError     ExecEventType = "error"
+	ExecEventTypeExit      ExecEventType = "exit"
+	ExecEventTypeKeepalive ExecEventType = "keepalive"
+	ExecEventTypeStart     ExecEventType = "start"
+	ExecEventTypeStderr    ExecEventType = "stderr"
+	ExecEventTypeStdout    ExecEventType = "stdout"
 )
 
 // Valid indicates whether the value is a known member of the ExecEventType enum.
@@ -29,6 +30,8 @@ func (e ExecEventType) Valid() bool {
 	case ExecEventTypeError:
 		return true
 	case ExecEventTypeExit:
+		return true
+	case ExecEventTypeKeepalive:
 		return true
 	case ExecEventTypeStart:
 		return true
@@ -231,6 +234,9 @@ type ExecEvent struct {
 	// ExitCode Set on exit (-1 when killed by a signal).
 	ExitCode *int `json:"exit_code,omitempty"`
 
+	// Offset On stdout and stderr events, the position of data's first byte in the session's output log.
+	Offset int64 `json:"offset,omitempty"`
+
 	// Signal Set on exit; the signal that ended the command or "".
 	Signal *string       `json:"signal,omitempty"`
 	Type   ExecEventType `json:"type"`
@@ -241,10 +247,16 @@ type ExecEventType string
 
 // ExecRequest defines model for ExecRequest.
 type ExecRequest struct {
+	// Background Start the command and answer 202 with its exec_id at once.
+	Background bool `json:"background,omitempty"`
+
 	// Cmd The argv; cmd[0] is looked up in the guest's PATH.
 	//
 	// Example: ["sh","-c","echo hi"]
 	Cmd []string `json:"cmd"`
+
+	// Cols Terminal columns with tty (0 = 80).
+	Cols int `json:"cols,omitempty"`
 
 	// Cwd Working directory (default /root).
 	Cwd string `json:"cwd,omitempty"`
@@ -252,8 +264,14 @@ type ExecRequest struct {
 	// Env Added to the sandbox's env for this command.
 	Env map[string]string `json:"env,omitempty"`
 
-	// Stdin Fed to the command, then closed (at most 16 MiB).
+	// Rows Terminal rows with tty (0 = 24).
+	Rows int `json:"rows,omitempty"`
+
+	// Stdin Fed to the command, then closed (at most 16 MiB; left open with tty).
 	Stdin string `json:"stdin,omitempty"`
+
+	// Tty Run on a pseudo-terminal (interactive; see the pty WebSocket).
+	Tty bool `json:"tty,omitempty"`
 }
 
 // ExecResult defines model for ExecResult.
@@ -270,6 +288,31 @@ type ExecResult struct {
 
 	// Truncated True when stdout or stderr was cut at 16 MiB.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ExecSession defines model for ExecSession.
+type ExecSession struct {
+	Cmd     []string   `json:"cmd"`
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+	ExecID  string     `json:"exec_id"`
+
+	// ExitCode Set once exited (-1 when killed by a signal).
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	PID       int       `json:"pid"`
+	Running   bool      `json:"running"`
+	Signal    string    `json:"signal,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	Tty       bool      `json:"tty"`
+}
+
+// ExecSessionList defines model for ExecSessionList.
+type ExecSessionList struct {
+	Sessions []ExecSession `json:"sessions"`
+}
+
+// ExecStarted defines model for ExecStarted.
+type ExecStarted struct {
+	ExecID string `json:"exec_id"`
 }
 
 // FileInfo defines model for FileInfo.
@@ -411,6 +454,25 @@ type NetworkPolicyPatch struct {
 	Inject       *[]InjectRule `json:"inject,omitempty"`
 }
 
+// PortAccess defines model for PortAccess.
+type PortAccess struct {
+	// PathURL The path-based URL.
+	PathURL string `json:"path_url"`
+	Port    int    `json:"port"`
+	Public  bool   `json:"public"`
+
+	// Token The sandbox's access token (opens every port of it).
+	Token string `json:"token"`
+
+	// URL The host-based URL ("" when hostd has no --domain).
+	URL string `json:"url,omitempty"`
+}
+
+// PortSettings defines model for PortSettings.
+type PortSettings struct {
+	Public bool `json:"public"`
+}
+
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
@@ -451,6 +513,24 @@ type SecretList struct {
 	Secrets []SecretInfo `json:"secrets"`
 }
 
+// ShareLink defines model for ShareLink.
+type ShareLink struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	PathURL   string    `json:"path_url"`
+
+	// Token The link's token, for ?token= or X-Agentbox-Token.
+	Token string `json:"token"`
+
+	// URL The host-based URL with the link's token ("" without --domain).
+	URL string `json:"url,omitempty"`
+}
+
+// ShareLinkRequest defines model for ShareLinkRequest.
+type ShareLinkRequest struct {
+	// ExpiresInS Lifetime in seconds (0 = 3600; at most 30 days).
+	ExpiresInS int `json:"expires_in_s,omitempty"`
+}
+
 // SignalRequest defines model for SignalRequest.
 type SignalRequest struct {
 	// Signal A signal name (SIGTERM or TERM) or number.
@@ -474,7 +554,9 @@ type Snapshot struct {
 
 	// SandboxID The sandbox it was captured from.
 	SandboxID string `json:"sandbox_id"`
-	SizeBytes int64  `json:"size_bytes"`
+
+	// SizeBytes Disk space the snapshot's files take (holes in the memory file are free).
+	SizeBytes int64 `json:"size_bytes"`
 
 	// UsedBy What refers to it ("sandbox ID", "snapshot ID", "template NAME").
 	UsedBy []string `json:"used_by"`
@@ -490,6 +572,12 @@ type SnapshotList struct {
 type SnapshotRequest struct {
 	// CacheKey Recorded cache key (template build steps).
 	CacheKey string `json:"cache_key,omitempty"`
+
+	// Cwd Default working directory of commands in sandboxes started from this snapshot.
+	Cwd string `json:"cwd,omitempty"`
+
+	// Env Added to the env of sandboxes started from this snapshot (on top of the sandbox's own).
+	Env map[string]string `json:"env,omitempty"`
 
 	// Kind Recorded kind ("step" for template build steps).
 	Kind SnapshotRequestKind `json:"kind,omitempty"`
@@ -517,8 +605,14 @@ type TemplateList struct {
 	Templates []Template `json:"templates"`
 }
 
+// ExecID defines model for ExecID.
+type ExecID = string
+
 // GuestPath Example: /root/hello.txt
 type GuestPath = string
+
+// Port defines model for Port.
+type Port = int
 
 // SandboxID defines model for SandboxID.
 type SandboxID = string
@@ -539,6 +633,18 @@ type ListSandboxEventsParamsType string
 type ExecCommandParams struct {
 	// Stream Stream events as NDJSON instead of collecting the output.
 	Stream bool `form:"stream,omitempty" json:"stream,omitempty"`
+}
+
+// AttachExecParams defines parameters for AttachExec.
+type AttachExecParams struct {
+	// Offset Byte position in the session's output log to read from.
+	Offset int64 `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
+// ExecPTYParams defines parameters for ExecPTY.
+type ExecPTYParams struct {
+	// Offset Byte position in the session's output log to replay from.
+	Offset int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // RemoveFileParams defines parameters for RemoveFile.
@@ -601,6 +707,12 @@ type ForkSandboxJSONRequestBody = ForkRequest
 // PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
 type PatchSandboxNetworkJSONRequestBody = NetworkPolicyPatch
 
+// SetPortJSONRequestBody defines body for SetPort for application/json ContentType.
+type SetPortJSONRequestBody = PortSettings
+
+// CreateShareLinkJSONRequestBody defines body for CreateShareLink for application/json ContentType.
+type CreateShareLinkJSONRequestBody = ShareLinkRequest
+
 // SnapshotSandboxJSONRequestBody defines body for SnapshotSandbox for application/json ContentType.
 type SnapshotSandboxJSONRequestBody = SnapshotRequest
 
@@ -633,12 +745,21 @@ type ServerInterface interface {
 	// ListSandboxEvents The sandbox's audit events, oldest first.
 	// (GET /v1/sandboxes/{id}/events)
 	ListSandboxEvents(w http.ResponseWriter, r *http.Request, id SandboxID, params ListSandboxEventsParams)
+	// ListExecs List the sandbox's exec sessions, oldest first.
+	// (GET /v1/sandboxes/{id}/exec)
+	ListExecs(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ExecCommand Run a command in a sandbox.
 	// (POST /v1/sandboxes/{id}/exec)
 	ExecCommand(w http.ResponseWriter, r *http.Request, id SandboxID, params ExecCommandParams)
+	// AttachExec Re-attach to a session and stream its output from an offset.
+	// (GET /v1/sandboxes/{id}/exec/{exec_id})
+	AttachExec(w http.ResponseWriter, r *http.Request, id SandboxID, execID ExecID, params AttachExecParams)
+	// ExecPTY Drive a session interactively over a WebSocket.
+	// (GET /v1/sandboxes/{id}/exec/{exec_id}/pty)
+	ExecPTY(w http.ResponseWriter, r *http.Request, id SandboxID, execID ExecID, params ExecPTYParams)
 	// SignalExec Send a signal to a running command.
 	// (POST /v1/sandboxes/{id}/exec/{exec_id}/signal)
-	SignalExec(w http.ResponseWriter, r *http.Request, id SandboxID, execID string)
+	SignalExec(w http.ResponseWriter, r *http.Request, id SandboxID, execID ExecID)
 	// RemoveFile Remove a file or directory.
 	// (DELETE /v1/sandboxes/{id}/files)
 	RemoveFile(w http.ResponseWriter, r *http.Request, id SandboxID, params RemoveFileParams)
@@ -672,6 +793,15 @@ type ServerInterface interface {
 	// PauseSandbox Write the sandbox's memory to disk and release the host memory.
 	// (POST /v1/sandboxes/{id}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// GetPort The service URLs of a guest TCP port, and how to open them.
+	// (GET /v1/sandboxes/{id}/ports/{port})
+	GetPort(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
+	// SetPort Make a port's service URLs public, or private again.
+	// (PUT /v1/sandboxes/{id}/ports/{port})
+	SetPort(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
+	// CreateShareLink Make a signed share link to a port that expires.
+	// (POST /v1/sandboxes/{id}/ports/{port}/links)
+	CreateShareLink(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
 	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
 	// (POST /v1/sandboxes/{id}/resume)
 	ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -895,6 +1025,32 @@ func (siw *ServerInterfaceWrapper) ListSandboxEvents(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// ListExecs operation middleware
+func (siw *ServerInterfaceWrapper) ListExecs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListExecs(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ExecCommand operation middleware
 func (siw *ServerInterfaceWrapper) ExecCommand(w http.ResponseWriter, r *http.Request) {
 
@@ -937,6 +1093,108 @@ func (siw *ServerInterfaceWrapper) ExecCommand(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// AttachExec operation middleware
+func (siw *ServerInterfaceWrapper) AttachExec(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "exec_id" -------------
+	var execID ExecID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "exec_id", r.PathValue("exec_id"), &execID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "exec_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params AttachExecParams
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AttachExec(w, r, id, execID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecPTY operation middleware
+func (siw *ServerInterfaceWrapper) ExecPTY(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "exec_id" -------------
+	var execID ExecID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "exec_id", r.PathValue("exec_id"), &execID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "exec_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExecPTYParams
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecPTY(w, r, id, execID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // SignalExec operation middleware
 func (siw *ServerInterfaceWrapper) SignalExec(w http.ResponseWriter, r *http.Request) {
 
@@ -953,7 +1211,7 @@ func (siw *ServerInterfaceWrapper) SignalExec(w http.ResponseWriter, r *http.Req
 	}
 
 	// ------------- Path parameter "exec_id" -------------
-	var execID string
+	var execID ExecID
 
 	err = runtime.BindStyledParameterWithOptions("simple", "exec_id", r.PathValue("exec_id"), &execID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
@@ -1380,6 +1638,111 @@ func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// GetPort operation middleware
+func (siw *ServerInterfaceWrapper) GetPort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port Port
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPort(w, r, id, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SetPort operation middleware
+func (siw *ServerInterfaceWrapper) SetPort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port Port
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SetPort(w, r, id, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateShareLink operation middleware
+func (siw *ServerInterfaceWrapper) CreateShareLink(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port Port
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateShareLink(w, r, id, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ResumeSandbox operation middleware
 func (siw *ServerInterfaceWrapper) ResumeSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -1758,7 +2121,13 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes", wrapper.CreateSandbox)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/sandboxes/{id}", wrapper.DeleteSandbox)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}", wrapper.GetSandbox)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/exec", wrapper.ListExecs)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/exec", wrapper.ExecCommand)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/exec/{exec_id}", wrapper.AttachExec)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/exec/{exec_id}/pty", wrapper.ExecPTY)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/ports/{port}", wrapper.GetPort)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/sandboxes/{id}/ports/{port}", wrapper.SetPort)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/ports/{port}/links", wrapper.CreateShareLink)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/exec/{exec_id}/signal", wrapper.SignalExec)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/sandboxes/{id}/files", wrapper.RemoveFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files", wrapper.ReadFile)

@@ -35,6 +35,7 @@ type Manager interface {
 	Remove(ctx context.Context, id, path string, recursive bool) error
 	Rename(ctx context.Context, id, from, to string) error
 	SnapshotManager
+	SessionManager
 }
 
 // Authenticator decides whether a request may use the /v1 API. It returns
@@ -69,6 +70,9 @@ type Options struct {
 	// Logger receives one line per request and every internal error;
 	// nil discards.
 	Logger *slog.Logger
+	// Ports issues service-URL access (*portproxy.Proxy); nil answers the
+	// ports routes with 501.
+	Ports Ports
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -83,6 +87,7 @@ var publicRoutes = map[string]bool{
 // server implements the generated ServerInterface.
 type server struct {
 	m       Manager
+	ports   Ports
 	net     NetworkManager
 	secrets SecretStore
 	health  func() HealthInfo
@@ -97,7 +102,7 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log}
+	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

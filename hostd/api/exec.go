@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +42,10 @@ func (s *server) ExecCommand(w http.ResponseWriter, r *http.Request, id SandboxI
 		s.writeError(w, r, err)
 		return
 	}
+	if req.Background {
+		s.execBackground(w, r, id, sreq)
+		return
+	}
 	if params.Stream {
 		s.execStream(w, r, id, sreq)
 		return
@@ -60,7 +65,7 @@ func toExecRequest(req ExecRequest) (sandbox.ExecRequest, error) {
 			return sandbox.ExecRequest{}, err
 		}
 	}
-	out := sandbox.ExecRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd}
+	out := sandbox.ExecRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, Tty: req.Tty, Rows: req.Rows, Cols: req.Cols}
 	if req.Stdin != "" {
 		out.Stdin = []byte(req.Stdin)
 	}
@@ -118,8 +123,14 @@ func (c *capBuffer) write(p []byte) {
 // error before the first event is an ordinary error response; after it, an
 // error event ends the stream.
 func (s *server) execStream(w http.ResponseWriter, r *http.Request, id string, req sandbox.ExecRequest) {
-	ew := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	ew := newEventWriter(w)
+	defer ew.keepAlive()()
 	err := s.m.Exec(r.Context(), id, req, ew.emit)
+	s.endStream(w, r, id, ew, err)
+}
+
+// endStream ends an NDJSON stream that s.m returned from with err.
+func (s *server) endStream(w http.ResponseWriter, r *http.Request, id string, ew *eventWriter, err error) {
 	if err == nil && !ew.exited {
 		err = errNoExit
 	}
@@ -130,7 +141,6 @@ func (s *server) execStream(w http.ResponseWriter, r *http.Request, id string, r
 		s.writeError(w, r, err)
 		return
 	case ew.broken || r.Context().Err() != nil:
-		// The client went away; there is no one to tell.
 		return
 	}
 	body := errorBody(err)
@@ -139,13 +149,21 @@ func (s *server) execStream(w http.ResponseWriter, r *http.Request, id string, r
 	_ = ew.write(ExecEvent{Type: ExecEventTypeError, Error: &body})
 }
 
-// eventWriter writes sandbox events as NDJSON lines.
+// eventWriter writes sandbox events as NDJSON lines. Its methods are safe
+// for concurrent use (the keepalive writes between events).
 type eventWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu      sync.Mutex
 	started bool
 	exited  bool
 	broken  bool
+	last    time.Time // of the last line written
+}
+
+func newEventWriter(w http.ResponseWriter) *eventWriter {
+	return &eventWriter{w: w, rc: http.NewResponseController(w)}
 }
 
 func (e *eventWriter) emit(ev sandbox.ExecEvent) error {
@@ -154,22 +172,29 @@ func (e *eventWriter) emit(ev sandbox.ExecEvent) error {
 		typ := ExecEventType(ev.Type)
 		for data := ev.Data; len(data) > 0; {
 			n := min(len(data), maxStreamChunk)
-			if err := e.write(ExecEvent{Type: typ, Data: data[:n]}); err != nil {
+			off := ev.Offset + uint64(len(ev.Data)-len(data))
+			if err := e.write(ExecEvent{Type: typ, Data: data[:n], Offset: int64(off)}); err != nil {
 				return err
 			}
 			data = data[n:]
 		}
 		return nil
 	case sandbox.EventExit:
-		e.exited = true
 		code, sig := ev.ExitCode, ev.Signal
-		return e.write(ExecEvent{Type: ExecEventTypeExit, ExitCode: &code, Signal: &sig})
+		err := e.write(ExecEvent{Type: ExecEventTypeExit, ExitCode: &code, Signal: &sig})
+		e.mu.Lock()
+		e.exited = true
+		e.mu.Unlock()
+		return err
 	default:
 		return e.write(ExecEvent{Type: ExecEventType(ev.Type), ExecID: ev.ExecID})
 	}
 }
 
 func (e *eventWriter) write(ev ExecEvent) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.last = time.Now()
 	if !e.started {
 		e.started = true
 		// A command may run for hours; the server's write timeout must not cut it.

@@ -81,6 +81,7 @@ func (s *server) DeleteSandbox(w http.ResponseWriter, r *http.Request, id Sandbo
 		s.writeError(w, r, err)
 		return
 	}
+	s.forgetPorts(r, id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

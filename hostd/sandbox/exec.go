@@ -14,31 +14,27 @@ import (
 // output as it is produced, exit. It returns nil after the exit event, or the
 // error that ended the stream: ErrDeleted if the sandbox was deleted, or
 // ErrNotRunning if its VM died. A slow emit slows the command, not memory.
+// The command outlives a cancelled ctx; Attach reads on from any offset.
 func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit func(ExecEvent) error) error {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return fmt.Errorf("%w: cmd is empty", ErrInvalid)
-	}
-	if req.Cwd != "" {
-		if err := CheckPath(req.Cwd); err != nil {
-			return err
-		}
-	}
 	b, err := m.live(ctx, id)
 	if err != nil {
 		return err
 	}
-	rec, err := m.opts.Store.GetSandbox(ctx, id)
+	ctx, cancel := b.bind(ctx)
+	defer cancel()
+	c, execID, err := m.start(ctx, b, req)
 	if err != nil {
 		return err
 	}
-	env := maps.Clone(rec.Env)
-	if env == nil {
-		env = map[string]string{}
+	if err := emit(ExecEvent{Type: EventStart, ExecID: execID}); err != nil {
+		return err
 	}
-	maps.Copy(env, req.Env)
-	// The stream ends when the caller goes or the sandbox does.
+	return m.follow(ctx, b, c, execID, 0, emit)
+}
+
+// bind returns a ctx that also ends when the sandbox goes.
+func (b *box) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	go func() {
 		select {
 		case <-b.gone:
@@ -46,37 +42,68 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit fun
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
 
+// start launches req in the guest and feeds it its stdin, if any.
+func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentclient.Client, string, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return nil, "", fmt.Errorf("%w: cmd is empty", ErrInvalid)
+	}
+	if req.Cwd != "" {
+		if err := CheckPath(req.Cwd); err != nil {
+			return nil, "", err
+		}
+	}
+	if req.Rows < 0 || req.Cols < 0 || req.Rows > 0xffff || req.Cols > 0xffff {
+		return nil, "", fmt.Errorf("%w: bad terminal size %dx%d", ErrInvalid, req.Rows, req.Cols)
+	}
+	rec, err := m.opts.Store.GetSandbox(ctx, b.id)
+	if err != nil {
+		return nil, "", err
+	}
+	env := maps.Clone(rec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, req.Env)
 	c, err := m.agent(ctx, b)
 	if err != nil {
-		return m.streamErr(b, err)
+		return nil, "", m.streamErr(b, err)
 	}
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = b.cwd
 	}
-	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil})
+	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil,
+		Tty: req.Tty, Rows: uint32(req.Rows), Cols: uint32(req.Cols)})
 	if err != nil {
 		if errors.Is(err, agentclient.ErrStart) {
-			return fmt.Errorf("%w: %v", ErrExecStart, err)
+			return nil, "", fmt.Errorf("%w: %v", ErrExecStart, err)
 		}
-		return m.streamErr(b, err)
-	}
-	if err := emit(ExecEvent{Type: EventStart, ExecID: execID}); err != nil {
-		return err
+		return nil, "", m.streamErr(b, err)
 	}
 	if req.Stdin != nil {
-		if err := c.WriteStdin(ctx, execID, req.Stdin, true); err != nil {
-			return m.streamErr(b, err)
+		// A terminal's stdin stays open: closing it would send EOF (^D).
+		if err := c.WriteStdin(ctx, execID, req.Stdin, !req.Tty); err != nil {
+			return nil, "", m.streamErr(b, err)
 		}
 	}
-	exit, err := c.Follow(ctx, execID, 0, func(o agentclient.Output) error {
+	return c, execID, nil
+}
+
+// follow emits session execID's output from offset, then its exit.
+func (m *Manager) follow(ctx context.Context, b *box, c *agentclient.Client, execID string, offset uint64, emit func(ExecEvent) error) error {
+	exit, err := c.Follow(ctx, execID, offset, func(o agentclient.Output) error {
 		t := EventStdout
 		if o.Stderr {
 			t = EventStderr
 		}
-		return emit(ExecEvent{Type: t, Data: o.Data})
+		return emit(ExecEvent{Type: t, Data: o.Data, Offset: o.Offset})
 	})
+	if errors.Is(err, agentclient.ErrNoSession) {
+		return fmt.Errorf("%w: exec %s", ErrNotFound, execID)
+	}
 	if err != nil {
 		return m.streamErr(b, err)
 	}
@@ -100,6 +127,14 @@ func (m *Manager) streamErr(b *box, err error) error {
 
 // Signal sends sig to a running command's process group.
 func (m *Manager) Signal(ctx context.Context, id, execID string, sig syscall.Signal) error {
+	return m.onSession(ctx, id, execID, func(c *agentclient.Client) error {
+		return c.Signal(ctx, execID, sig)
+	})
+}
+
+// onSession calls fn with sandbox id's agent and maps a missing session to
+// ErrNotFound.
+func (m *Manager) onSession(ctx context.Context, id, execID string, fn func(*agentclient.Client) error) error {
 	b, err := m.live(ctx, id)
 	if err != nil {
 		return err
@@ -108,9 +143,12 @@ func (m *Manager) Signal(ctx context.Context, id, execID string, sig syscall.Sig
 	if err != nil {
 		return m.streamErr(b, err)
 	}
-	if err := c.Signal(ctx, execID, sig); err != nil {
+	if err := fn(c); err != nil {
 		if errors.Is(err, agentclient.ErrNoSession) {
 			return fmt.Errorf("%w: exec %s", ErrNotFound, execID)
+		}
+		if errors.Is(err, agentclient.ErrInvalid) {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 		return m.streamErr(b, err)
 	}

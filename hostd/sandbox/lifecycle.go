@@ -116,6 +116,9 @@ func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
 // Resume restarts a paused sandbox from its saved state: same disk, same
 // processes, a fresh clock and entropy.
 func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
+	// One resume at a time: a second caller finds the sandbox running.
+	m.resumeMu.Lock()
+	defer m.resumeMu.Unlock()
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return Info{}, m.notFound(err, id)

@@ -75,11 +75,12 @@ type Manager struct {
 	log     *slog.Logger
 	checker *snapshot.Checker
 
-	mu      sync.Mutex
-	boxes   map[string]*box
-	pools   map[string]*pool
-	nets    map[string]netAttachment // see network.go
-	closing atomic.Bool
+	mu       sync.Mutex
+	boxes    map[string]*box
+	pools    map[string]*pool
+	nets     map[string]netAttachment // see network.go
+	closing  atomic.Bool
+	resumeMu sync.Mutex
 }
 
 // box is a live sandbox: its VM and agent connection.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/disk"
@@ -94,8 +95,18 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 	if err != nil {
 		return store.Snapshot{}, err
 	}
+	env := map[string]string{}
+	for _, m := range []map[string]string{rec.Env, opts.Env} {
+		for k, v := range m {
+			env[k] = v
+		}
+	}
+	cwd := b.cwd
+	if opts.Cwd != "" {
+		cwd = opts.Cwd
+	}
 	sn := store.Snapshot{ID: "sn-" + randomHex(6), Kind: opts.Kind, SandboxID: b.id, ParentID: b.snapshotID,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: rec.Env, Cwd: b.cwd, Backend: m.opts.Driver.Name(),
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd, Backend: m.opts.Driver.Name(),
 		CacheKey: opts.CacheKey, CreatedAt: time.Now().UTC()}
 	sn.Dir = m.snapshotDir(sn.ID)
 	if err := os.MkdirAll(sn.Dir, 0o700); err != nil {
@@ -105,12 +116,15 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 		os.RemoveAll(sn.Dir)
 		return sn, err
 	}
+	t0 := time.Now()
 	if err := m.freezeDisk(ctx, b, sn); err != nil {
 		return fail(err)
 	}
+	t1 := time.Now()
 	if err := b.vm.Snapshot(ctx, sn.Dir); err != nil {
 		return fail(err)
 	}
+	m.log.Debug("snapshot captured", "sandbox_id", b.id, "snapshot_id", sn.ID, "disk", t1.Sub(t0), "state", time.Since(t1))
 	names, size, err := dirFiles(sn.Dir)
 	if err != nil {
 		return fail(err)
@@ -156,11 +170,20 @@ func (m *Manager) freezeDisk(ctx context.Context, b *box, sn store.Snapshot) err
 	return nil
 }
 
+// writeManifest sums a fresh snapshot's files and writes their manifest,
+// unless they changed since the capture: then the snapshot stays without
+// one, and is refused.
 func (m *Manager) writeManifest(dir string, names []string) {
-	man, err := snapshot.WriteManifest(dir, names)
+	man, err := snapshot.Sums(dir, names)
+	if err == nil && !m.checker.Unchanged(dir) {
+		err = errors.New("files changed after the capture")
+	}
+	if err == nil {
+		err = man.Write(dir)
+	}
 	if err != nil {
 		if _, serr := os.Stat(dir); serr == nil {
-			m.log.Error("snapshot manifest", "dir", dir, "err", err)
+			m.log.Error("snapshot manifest not written", "dir", dir, "err", err)
 		}
 		return
 	}
@@ -183,9 +206,17 @@ func dirFiles(dir string) ([]string, int64, error) {
 			return nil, 0, err
 		}
 		names = append(names, e.Name())
-		size += fi.Size()
+		size += allocated(fi)
 	}
 	return names, size, nil
+}
+
+// allocated is the disk space a file takes (holes are free).
+func allocated(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
 }
 
 func copyFile(from, to string) error {

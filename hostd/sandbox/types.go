@@ -99,6 +99,10 @@ type SnapshotOptions struct {
 	Kind string
 	// CacheKey is recorded for template build steps.
 	CacheKey string
+	// Env is added to the env, and Cwd replaces the default working
+	// directory, of sandboxes started from the snapshot.
+	Env map[string]string
+	Cwd string
 }
 
 // SnapshotInfo describes a snapshot.
@@ -137,6 +141,10 @@ type ExecRequest struct {
 	Cwd string
 	// Stdin, if set, is fed to the command and then closed.
 	Stdin []byte
+	// Tty runs the command on a pseudo-terminal of Rows x Cols (0: 24x80),
+	// its stdin open for WriteStdin; its output is all stdout.
+	Tty        bool
+	Rows, Cols int
 }
 
 // EventType names an exec output event.
@@ -157,6 +165,9 @@ type ExecEvent struct {
 	ExecID string
 	// Data holds output bytes for stdout and stderr events.
 	Data []byte
+	// Offset is the position of Data's first byte in the session's output
+	// log (stdout and stderr combined); attach from it to read on.
+	Offset uint64
 	// ExitCode is set on the exit event (-1 when killed by a signal).
 	ExitCode int
 	// Signal names the signal that ended the command, if any.

@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // landlockMinABI is the Landlock ABI that Cloud Hypervisor demands (as a
@@ -68,7 +70,7 @@ func openUserfaultfd() int {
 
 // probeMarker is what guestinit prints in probe mode (agentbox.probe=1);
 // it is guestinit.ProbeMarker, which a test keeps in step.
-const probeMarker = "AGENTBOX-PROBE-OK"
+const probeMarker = vmm.ProbeMarker
 
 // ProbeTimeout bounds a probe boot. Working KVM boots the probe in well
 // under a second; nested KVM that crawls takes tens of seconds.
@@ -102,37 +104,17 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%w: start %s: %v", ErrKVMUnusable, bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-done
 	}()
-	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	seen := func() bool {
-		b, _ := os.ReadFile(console)
-		return bytes.Contains(b, []byte(probeMarker))
+	if err := vmm.WaitProbe(ctx, console, done, ProbeTimeout); err != nil {
+		return fmt.Errorf("%w: %v: %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			if seen() {
-				return nil
-			}
-			return fmt.Errorf("%w: cloud-hypervisor exited (%v): %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
-		case <-ctx.Done():
-			if seen() {
-				return nil
-			}
-			return fmt.Errorf("%w: no probe marker within %v", ErrKVMUnusable, ProbeTimeout)
-		case <-tick.C:
-			if seen() {
-				return nil
-			}
-		}
-	}
+	return nil
 }

@@ -13,9 +13,6 @@ import (
 	"github.com/agentbox/agentbox/vmm"
 )
 
-// probeMarker is what guestinit prints in probe mode (agentbox.probe=1).
-const probeMarker = "AGENTBOX-PROBE-OK"
-
 // ProbeTimeout bounds a KVM probe boot. Working KVM boots the probe in well
 // under a second; nested KVM that crawls takes tens of seconds, and counts as
 // not working.
@@ -57,32 +54,19 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	if err := spawn(cmd); err != nil {
 		return fmt.Errorf("%w: start: %v", ErrKVMUnusable, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-done
 	}()
-	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if b, _ := os.ReadFile(console); bytes.Contains(b, []byte(probeMarker)) {
-			return nil
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			if b, _ := os.ReadFile(console); bytes.Contains(b, []byte(probeMarker)) {
-				return nil
-			}
-			return fmt.Errorf("%w: qemu exited (%v): %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
-		case <-ctx.Done():
-			return fmt.Errorf("%w: no probe marker within %v", ErrKVMUnusable, ProbeTimeout)
-		case <-tick.C:
-		}
+	if err := vmm.WaitProbe(ctx, console, done, ProbeTimeout); err != nil {
+		return fmt.Errorf("%w: %v: %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
 	}
+	return nil
 }
 
 // ChooseAccel returns the accelerator to use: the operator's choice when

@@ -279,6 +279,6 @@ func (vm *VM) stop(ctx context.Context) error {
 // current file is then read-only to QEMU: a frozen layer.
 func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
 	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
-		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "absolute-paths",
+		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "existing",
 	})
 }

@@ -29,6 +29,7 @@ type Manager struct {
 	signals   []syscall.Signal
 	err       error
 	exec      ExecFunc
+	attach    AttachFunc
 	readFile  func(path string) (io.ReadCloser, error)
 }
 

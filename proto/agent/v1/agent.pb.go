@@ -181,7 +181,13 @@ type StartRequest struct {
 	Cwd   string            `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	// stdin keeps the process's stdin open for WriteStdin; otherwise it reads
 	// /dev/null.
-	Stdin         bool `protobuf:"varint,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Stdin bool `protobuf:"varint,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// tty runs the process on a new pseudo-terminal (its controlling terminal,
+	// in a new session) of rows x cols; stdin is always open then, and the
+	// terminal's output is the session's stdout.
+	Tty           bool   `protobuf:"varint,6,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows          uint32 `protobuf:"varint,7,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32 `protobuf:"varint,8,opt,name=cols,proto3" json:"cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -249,6 +255,27 @@ func (x *StartRequest) GetStdin() bool {
 		return x.Stdin
 	}
 	return false
+}
+
+func (x *StartRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *StartRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *StartRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
 }
 
 type StartResponse struct {
@@ -643,6 +670,7 @@ type Session struct {
 	Signal          string                 `protobuf:"bytes,6,opt,name=signal,proto3" json:"signal,omitempty"`
 	StartedUnixNano int64                  `protobuf:"varint,7,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	EndedUnixNano   int64                  `protobuf:"varint,8,opt,name=ended_unix_nano,json=endedUnixNano,proto3" json:"ended_unix_nano,omitempty"`
+	Tty             bool                   `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -733,6 +761,73 @@ func (x *Session) GetEndedUnixNano() int64 {
 	return 0
 }
 
+func (x *Session) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+type ResizeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,3,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeRequest) Reset() {
+	*x = ResizeRequest{}
+	mi := &file_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeRequest) ProtoMessage() {}
+
+func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
+func (*ResizeRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ResizeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResizeRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ResizeRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 type ListSessionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
@@ -742,7 +837,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +849,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +862,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -786,7 +881,7 @@ type HandleRequest struct {
 
 func (x *HandleRequest) Reset() {
 	*x = HandleRequest{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +893,7 @@ func (x *HandleRequest) String() string {
 func (*HandleRequest) ProtoMessage() {}
 
 func (x *HandleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +906,7 @@ func (x *HandleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleRequest.ProtoReflect.Descriptor instead.
 func (*HandleRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HandleRequest) GetHandle() string {
@@ -831,7 +926,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +938,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +951,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OpenResponse) GetHandle() string {
@@ -883,7 +978,7 @@ type ReadChunkRequest struct {
 
 func (x *ReadChunkRequest) Reset() {
 	*x = ReadChunkRequest{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +990,7 @@ func (x *ReadChunkRequest) String() string {
 func (*ReadChunkRequest) ProtoMessage() {}
 
 func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1003,7 @@ func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkRequest.ProtoReflect.Descriptor instead.
 func (*ReadChunkRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadChunkRequest) GetHandle() string {
@@ -935,7 +1030,7 @@ type ReadChunkResponse struct {
 
 func (x *ReadChunkResponse) Reset() {
 	*x = ReadChunkResponse{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1042,7 @@ func (x *ReadChunkResponse) String() string {
 func (*ReadChunkResponse) ProtoMessage() {}
 
 func (x *ReadChunkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1055,7 @@ func (x *ReadChunkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkResponse.ProtoReflect.Descriptor instead.
 func (*ReadChunkResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReadChunkResponse) GetData() []byte {
@@ -987,7 +1082,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1094,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1107,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateRequest) GetPath() string {
@@ -1039,7 +1134,7 @@ type WriteChunkRequest struct {
 
 func (x *WriteChunkRequest) Reset() {
 	*x = WriteChunkRequest{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1146,7 @@ func (x *WriteChunkRequest) String() string {
 func (*WriteChunkRequest) ProtoMessage() {}
 
 func (x *WriteChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1159,7 @@ func (x *WriteChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteChunkRequest.ProtoReflect.Descriptor instead.
 func (*WriteChunkRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteChunkRequest) GetHandle() string {
@@ -1090,7 +1185,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1197,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1210,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommitResponse) GetSize() uint64 {
@@ -1134,7 +1229,7 @@ type PathRequest struct {
 
 func (x *PathRequest) Reset() {
 	*x = PathRequest{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1241,7 @@ func (x *PathRequest) String() string {
 func (*PathRequest) ProtoMessage() {}
 
 func (x *PathRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1254,7 @@ func (x *PathRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
 func (*PathRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PathRequest) GetPath() string {
@@ -1183,7 +1278,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1290,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1303,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FileInfo) GetName() string {
@@ -1262,7 +1357,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1369,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1382,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetEntries() []*FileInfo {
@@ -1307,7 +1402,7 @@ type MkdirRequest struct {
 
 func (x *MkdirRequest) Reset() {
 	*x = MkdirRequest{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1414,7 @@ func (x *MkdirRequest) String() string {
 func (*MkdirRequest) ProtoMessage() {}
 
 func (x *MkdirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1427,7 @@ func (x *MkdirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirRequest.ProtoReflect.Descriptor instead.
 func (*MkdirRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MkdirRequest) GetPath() string {
@@ -1359,7 +1454,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1466,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1479,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -1411,7 +1506,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1518,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1531,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -1465,7 +1560,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1572,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1585,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthResponse) GetHostname() string {
@@ -1530,7 +1625,7 @@ type SetTimeRequest struct {
 
 func (x *SetTimeRequest) Reset() {
 	*x = SetTimeRequest{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1637,7 @@ func (x *SetTimeRequest) String() string {
 func (*SetTimeRequest) ProtoMessage() {}
 
 func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1650,7 @@ func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetTimeRequest) GetUnixNano() int64 {
@@ -1574,7 +1669,7 @@ type ReseedRequest struct {
 
 func (x *ReseedRequest) Reset() {
 	*x = ReseedRequest{}
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1681,7 @@ func (x *ReseedRequest) String() string {
 func (*ReseedRequest) ProtoMessage() {}
 
 func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1694,7 @@ func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReseedRequest.ProtoReflect.Descriptor instead.
 func (*ReseedRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReseedRequest) GetEntropy() []byte {
@@ -1620,7 +1715,7 @@ type SetIdentityRequest struct {
 
 func (x *SetIdentityRequest) Reset() {
 	*x = SetIdentityRequest{}
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1727,7 @@ func (x *SetIdentityRequest) String() string {
 func (*SetIdentityRequest) ProtoMessage() {}
 
 func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1740,7 @@ func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetIdentityRequest.ProtoReflect.Descriptor instead.
 func (*SetIdentityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetIdentityRequest) GetHostname() string {
@@ -1671,13 +1766,16 @@ const file_agent_proto_rawDesc = "" +
 	"\vErrnoDetail\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xd4\x01\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\x8e\x02\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12:\n" +
 	"\x03env\x18\x03 \x03(\v2(.agentbox.agent.v1.StartRequest.EnvEntryR\x03env\x12\x10\n" +
 	"\x03cwd\x18\x04 \x01(\tR\x03cwd\x12\x14\n" +
-	"\x05stdin\x18\x05 \x01(\bR\x05stdin\x1a6\n" +
+	"\x05stdin\x18\x05 \x01(\bR\x05stdin\x12\x10\n" +
+	"\x03tty\x18\x06 \x01(\bR\x03tty\x12\x12\n" +
+	"\x04rows\x18\a \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\b \x01(\rR\x04cols\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
@@ -1707,7 +1805,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x05close\x18\x03 \x01(\bR\x05close\"7\n" +
 	"\rSignalRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06signal\x18\x02 \x01(\x05R\x06signal\"\xe2\x01\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal\"\xf4\x01\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
@@ -1716,7 +1814,12 @@ const file_agent_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x06 \x01(\tR\x06signal\x12*\n" +
 	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\x12&\n" +
-	"\x0fended_unix_nano\x18\b \x01(\x03R\rendedUnixNano\"N\n" +
+	"\x0fended_unix_nano\x18\b \x01(\x03R\rendedUnixNano\x12\x10\n" +
+	"\x03tty\x18\t \x01(\bR\x03tty\"G\n" +
+	"\rResizeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x03 \x01(\rR\x04cols\"N\n" +
 	"\x14ListSessionsResponse\x126\n" +
 	"\bsessions\x18\x01 \x03(\v2\x1a.agentbox.agent.v1.SessionR\bsessions\"'\n" +
 	"\rHandleRequest\x12\x16\n" +
@@ -1775,14 +1878,15 @@ const file_agent_proto_rawDesc = "" +
 	"OutputKind\x12\x1b\n" +
 	"\x17OUTPUT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12OUTPUT_KIND_STDOUT\x10\x01\x12\x16\n" +
-	"\x12OUTPUT_KIND_STDERR\x10\x022\x86\x03\n" +
+	"\x12OUTPUT_KIND_STDERR\x10\x022\xcc\x03\n" +
 	"\x04Exec\x12J\n" +
 	"\x05Start\x12\x1f.agentbox.agent.v1.StartRequest\x1a .agentbox.agent.v1.StartResponse\x12S\n" +
 	"\x04Read\x12$.agentbox.agent.v1.ReadOutputRequest\x1a%.agentbox.agent.v1.ReadOutputResponse\x12L\n" +
 	"\n" +
 	"WriteStdin\x12$.agentbox.agent.v1.WriteStdinRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Signal\x12 .agentbox.agent.v1.SignalRequest\x1a\x18.agentbox.agent.v1.Empty\x12I\n" +
-	"\x04List\x12\x18.agentbox.agent.v1.Empty\x1a'.agentbox.agent.v1.ListSessionsResponse2\xb5\x06\n" +
+	"\x04List\x12\x18.agentbox.agent.v1.Empty\x1a'.agentbox.agent.v1.ListSessionsResponse\x12D\n" +
+	"\x06Resize\x12 .agentbox.agent.v1.ResizeRequest\x1a\x18.agentbox.agent.v1.Empty2\xb5\x06\n" +
 	"\x05Files\x12G\n" +
 	"\x04Open\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.OpenResponse\x12V\n" +
 	"\tReadChunk\x12#.agentbox.agent.v1.ReadChunkRequest\x1a$.agentbox.agent.v1.ReadChunkResponse\x12K\n" +
@@ -1817,7 +1921,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -1830,79 +1934,82 @@ var file_agent_proto_goTypes = []any{
 	(*WriteStdinRequest)(nil),    // 8: agentbox.agent.v1.WriteStdinRequest
 	(*SignalRequest)(nil),        // 9: agentbox.agent.v1.SignalRequest
 	(*Session)(nil),              // 10: agentbox.agent.v1.Session
-	(*ListSessionsResponse)(nil), // 11: agentbox.agent.v1.ListSessionsResponse
-	(*HandleRequest)(nil),        // 12: agentbox.agent.v1.HandleRequest
-	(*OpenResponse)(nil),         // 13: agentbox.agent.v1.OpenResponse
-	(*ReadChunkRequest)(nil),     // 14: agentbox.agent.v1.ReadChunkRequest
-	(*ReadChunkResponse)(nil),    // 15: agentbox.agent.v1.ReadChunkResponse
-	(*CreateRequest)(nil),        // 16: agentbox.agent.v1.CreateRequest
-	(*WriteChunkRequest)(nil),    // 17: agentbox.agent.v1.WriteChunkRequest
-	(*CommitResponse)(nil),       // 18: agentbox.agent.v1.CommitResponse
-	(*PathRequest)(nil),          // 19: agentbox.agent.v1.PathRequest
-	(*FileInfo)(nil),             // 20: agentbox.agent.v1.FileInfo
-	(*ListResponse)(nil),         // 21: agentbox.agent.v1.ListResponse
-	(*MkdirRequest)(nil),         // 22: agentbox.agent.v1.MkdirRequest
-	(*RemoveRequest)(nil),        // 23: agentbox.agent.v1.RemoveRequest
-	(*RenameRequest)(nil),        // 24: agentbox.agent.v1.RenameRequest
-	(*HealthResponse)(nil),       // 25: agentbox.agent.v1.HealthResponse
-	(*SetTimeRequest)(nil),       // 26: agentbox.agent.v1.SetTimeRequest
-	(*ReseedRequest)(nil),        // 27: agentbox.agent.v1.ReseedRequest
-	(*SetIdentityRequest)(nil),   // 28: agentbox.agent.v1.SetIdentityRequest
-	nil,                          // 29: agentbox.agent.v1.StartRequest.EnvEntry
+	(*ResizeRequest)(nil),        // 11: agentbox.agent.v1.ResizeRequest
+	(*ListSessionsResponse)(nil), // 12: agentbox.agent.v1.ListSessionsResponse
+	(*HandleRequest)(nil),        // 13: agentbox.agent.v1.HandleRequest
+	(*OpenResponse)(nil),         // 14: agentbox.agent.v1.OpenResponse
+	(*ReadChunkRequest)(nil),     // 15: agentbox.agent.v1.ReadChunkRequest
+	(*ReadChunkResponse)(nil),    // 16: agentbox.agent.v1.ReadChunkResponse
+	(*CreateRequest)(nil),        // 17: agentbox.agent.v1.CreateRequest
+	(*WriteChunkRequest)(nil),    // 18: agentbox.agent.v1.WriteChunkRequest
+	(*CommitResponse)(nil),       // 19: agentbox.agent.v1.CommitResponse
+	(*PathRequest)(nil),          // 20: agentbox.agent.v1.PathRequest
+	(*FileInfo)(nil),             // 21: agentbox.agent.v1.FileInfo
+	(*ListResponse)(nil),         // 22: agentbox.agent.v1.ListResponse
+	(*MkdirRequest)(nil),         // 23: agentbox.agent.v1.MkdirRequest
+	(*RemoveRequest)(nil),        // 24: agentbox.agent.v1.RemoveRequest
+	(*RenameRequest)(nil),        // 25: agentbox.agent.v1.RenameRequest
+	(*HealthResponse)(nil),       // 26: agentbox.agent.v1.HealthResponse
+	(*SetTimeRequest)(nil),       // 27: agentbox.agent.v1.SetTimeRequest
+	(*ReseedRequest)(nil),        // 28: agentbox.agent.v1.ReseedRequest
+	(*SetIdentityRequest)(nil),   // 29: agentbox.agent.v1.SetIdentityRequest
+	nil,                          // 30: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	29, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	30, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
 	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
 	10, // 3: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
-	20, // 4: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
-	20, // 5: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
+	21, // 4: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
+	21, // 5: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
 	3,  // 6: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
 	5,  // 7: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
 	8,  // 8: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
 	9,  // 9: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
 	1,  // 10: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
-	19, // 11: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
-	14, // 12: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
-	16, // 13: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
-	17, // 14: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
-	12, // 15: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
-	12, // 16: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
-	19, // 17: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
-	19, // 18: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
-	22, // 19: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
-	23, // 20: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
-	24, // 21: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	1,  // 22: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	26, // 23: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	27, // 24: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	28, // 25: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 26: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 27: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	4,  // 28: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 29: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 30: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 31: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	11, // 32: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	13, // 33: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	15, // 34: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	13, // 35: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 36: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	18, // 37: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 38: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	20, // 39: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	21, // 40: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 41: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 42: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 43: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	25, // 44: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 45: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 46: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 47: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 48: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 49: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	28, // [28:50] is the sub-list for method output_type
-	6,  // [6:28] is the sub-list for method input_type
+	11, // 11: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
+	20, // 12: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
+	15, // 13: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
+	17, // 14: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
+	18, // 15: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
+	13, // 16: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
+	13, // 17: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
+	20, // 18: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
+	20, // 19: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
+	23, // 20: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
+	24, // 21: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
+	25, // 22: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
+	1,  // 23: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	27, // 24: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	28, // 25: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	29, // 26: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 27: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 28: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	4,  // 29: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 30: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 31: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 32: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	12, // 33: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 34: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	14, // 35: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	16, // 36: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	14, // 37: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 38: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	19, // 39: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 40: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	21, // 41: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	22, // 42: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 43: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 44: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 45: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	26, // 46: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 47: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 48: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 49: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 50: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 51: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	29, // [29:52] is the sub-list for method output_type
+	6,  // [6:29] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1919,7 +2026,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -13,6 +13,7 @@ type ExecService interface {
 	WriteStdin(context.Context, *WriteStdinRequest) (*Empty, error)
 	Signal(context.Context, *SignalRequest) (*Empty, error)
 	List(context.Context, *Empty) (*ListSessionsResponse, error)
+	Resize(context.Context, *ResizeRequest) (*Empty, error)
 }
 
 func RegisterExecService(srv *ttrpc.Server, svc ExecService) {
@@ -52,6 +53,13 @@ func RegisterExecService(srv *ttrpc.Server, svc ExecService) {
 					return nil, err
 				}
 				return svc.List(ctx, &req)
+			},
+			"Resize": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req ResizeRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Resize(ctx, &req)
 			},
 		},
 	})
@@ -102,6 +110,14 @@ func (c *execClient) Signal(ctx context.Context, req *SignalRequest) (*Empty, er
 func (c *execClient) List(ctx context.Context, req *Empty) (*ListSessionsResponse, error) {
 	var resp ListSessionsResponse
 	if err := c.client.Call(ctx, "agentbox.agent.v1.Exec", "List", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *execClient) Resize(ctx context.Context, req *ResizeRequest) (*Empty, error) {
+	var resp Empty
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Exec", "Resize", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil

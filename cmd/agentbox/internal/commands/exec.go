@@ -36,9 +36,11 @@ func execCommand() *cli.Command {
 	return &cli.Command{
 		Name:         "exec",
 		Usage:        "run a command in a sandbox, streaming its output; exits with its exit code",
-		UsageText:    "agentbox exec [--env K=V]... [--cwd DIR] ID [--] CMD [ARG...]",
-		Flags:        execFlags(true),
+		UsageText:    "agentbox exec [-i] [-t] [--background] [--env K=V]... [--cwd DIR] ID [--] CMD [ARG...]",
+		Flags:        append(execFlags(true), sessionFlags()...),
 		StopOnNthArg: &one,
+		// -it is -i -t.
+		UseShortOptionHandling: true,
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			args := cmd.Args().Slice()
 			if len(args) < 2 {
@@ -48,9 +50,15 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if cmd.Bool("interactive") || cmd.Bool("tty") {
+				return runInteractive(ctx, cmd, c, args[0], args[1:])
+			}
 			req, err := execRequest(cmd, args[1:])
 			if err != nil {
 				return err
+			}
+			if cmd.Bool("background") {
+				return runBackground(ctx, cmd, c, args[0], req)
 			}
 			return runExec(ctx, cmd, c, args[0], req)
 		},

@@ -16,8 +16,8 @@ func createCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "create",
 		Usage:     "create a sandbox and print its id",
-		UsageText: "agentbox create [--vcpus N] [--memory MiB] [--env K=V]... [--metadata K=V]... [--timeout 30m]",
-		Flags:     sandboxFlags(),
+		UsageText: "agentbox create [--vcpus N] [--memory MiB] [--env K=V]... [--metadata K=V]... [--timeout 30m] [--snapshot SNAP | --template NAME]",
+		Flags:     append(sandboxFlags(), startFlags()...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			c, err := newClient(cmd)
 			if err != nil {
@@ -25,6 +25,9 @@ func createCommand() *cli.Command {
 			}
 			req, err := createRequest(cmd)
 			if err != nil {
+				return err
+			}
+			if err := setStart(cmd, &req); err != nil {
 				return err
 			}
 			sb, err := c.CreateSandbox(ctx, req)

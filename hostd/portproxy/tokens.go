@@ -1,0 +1,110 @@
+package portproxy
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Credential prefixes: a sandbox's access token, and a share link's token.
+const (
+	tokenPrefix = "abt_"
+	sharePrefix = "abs_"
+)
+
+// keySize is the length of the HMAC key in DATA_DIR/portproxy.key.
+const keySize = 32
+
+// signer derives sandbox access tokens and signs share links with one
+// HMAC-SHA256 key. Tokens are derived, not stored: a sandbox's token is
+// the same across hostd restarts and dies with the key.
+type signer struct {
+	key []byte
+	now func() time.Time
+}
+
+// loadKey reads the HMAC key at path, creating it (mode 0600) if missing.
+func loadKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) != keySize {
+			return nil, fmt.Errorf("portproxy: key %s has %d bytes, want %d", path, len(b), keySize)
+		}
+		return b, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("portproxy: read key: %w", err)
+	}
+	b = make([]byte, keySize)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("portproxy: new key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("portproxy: create key: %w", err)
+	}
+	_, werr := f.Write(b)
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("portproxy: write key: %w", err)
+	}
+	return b, nil
+}
+
+func (s *signer) mac(parts ...string) string {
+	h := hmac.New(sha256.New, s.key)
+	h.Write([]byte(strings.Join(parts, "\x00")))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// token is sandbox id's access token; it opens every port of the sandbox.
+func (s *signer) token(id string) string { return tokenPrefix + s.mac("token", id) }
+
+// share returns a share-link token for sandbox id's port that expires at exp.
+func (s *signer) share(id string, port int, exp time.Time) string {
+	e := strconv.FormatInt(exp.Unix(), 10)
+	return sharePrefix + e + "." + s.mac("share", id, strconv.Itoa(port), e)
+}
+
+// verdict is what a presented credential is worth.
+type verdict int
+
+const (
+	invalid verdict = iota
+	valid
+	expired // a genuine share link past its expiry
+)
+
+// check judges credential cred for sandbox id's port. For a valid share
+// link it also returns the expiry.
+func (s *signer) check(cred, id string, port int) (verdict, time.Time) {
+	switch {
+	case strings.HasPrefix(cred, tokenPrefix):
+		if hmac.Equal([]byte(cred), []byte(s.token(id))) {
+			return valid, time.Time{}
+		}
+	case strings.HasPrefix(cred, sharePrefix):
+		e, _, ok := strings.Cut(strings.TrimPrefix(cred, sharePrefix), ".")
+		unix, err := strconv.ParseInt(e, 10, 64)
+		if !ok || err != nil {
+			return invalid, time.Time{}
+		}
+		exp := time.Unix(unix, 0)
+		if !hmac.Equal([]byte(cred), []byte(s.share(id, port, exp))) {
+			return invalid, time.Time{}
+		}
+		if !s.now().Before(exp) {
+			return expired, exp
+		}
+		return valid, exp
+	}
+	return invalid, time.Time{}
+}
