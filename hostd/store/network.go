@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// networkSchema is migration 2.
+// networkSchema is migration 3 (after the snapshots).
 const networkSchema = `CREATE TABLE sandbox_networks (
 		sandbox_id TEXT PRIMARY KEY,
 		policy     TEXT NOT NULL

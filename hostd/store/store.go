@@ -110,7 +110,7 @@ var migrations = []string{
 		pool_size   INTEGER NOT NULL DEFAULT 0,
 		created_at  INTEGER NOT NULL
 	);`,
-	// 2: egress (hostd/egress): each sandbox's network policy, the network
+	// 3: egress (hostd/egress): each sandbox's network policy, the network
 	// audit log, and sealed secrets.
 	networkSchema,
 }
