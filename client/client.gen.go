@@ -70,6 +70,51 @@ func (e ExecEventType) Valid() bool {
 	}
 }
 
+// Defines values for NetworkEventKind.
+const (
+	NetworkEventKindDNS   NetworkEventKind = "dns"
+	NetworkEventKindHTTP  NetworkEventKind = "http"
+	NetworkEventKindHTTPS NetworkEventKind = "https"
+	NetworkEventKindTCP   NetworkEventKind = "tcp"
+	NetworkEventKindTLS   NetworkEventKind = "tls"
+)
+
+// Valid indicates whether the value is a known member of the NetworkEventKind enum.
+func (e NetworkEventKind) Valid() bool {
+	switch e {
+	case NetworkEventKindDNS:
+		return true
+	case NetworkEventKindHTTP:
+		return true
+	case NetworkEventKindHTTPS:
+		return true
+	case NetworkEventKindTCP:
+		return true
+	case NetworkEventKindTLS:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NetworkMode.
+const (
+	NetworkModeNone  NetworkMode = "none"
+	NetworkModeProxy NetworkMode = "proxy"
+)
+
+// Valid indicates whether the value is a known member of the NetworkMode enum.
+func (e NetworkMode) Valid() bool {
+	switch e {
+	case NetworkModeNone:
+		return true
+	case NetworkModeProxy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	SandboxStateCreating SandboxState = "creating"
@@ -124,6 +169,21 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
+// Defines values for ListSandboxEventsParamsType.
+const (
+	ListSandboxEventsParamsTypeNetwork ListSandboxEventsParamsType = "network"
+)
+
+// Valid indicates whether the value is a known member of the ListSandboxEventsParamsType enum.
+func (e ListSandboxEventsParamsType) Valid() bool {
+	switch e {
+	case ListSandboxEventsParamsTypeNetwork:
+		return true
+	default:
+		return false
+	}
+}
+
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
 	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default).
@@ -156,8 +216,17 @@ type CreateSandboxRequest struct {
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
 
+	// Network Egress policy at create. Everything absent is denied.
+	Network *NetworkPolicyInput `json:"network,omitempty"`
+
 	// OnTimeout What the end of timeout_s does (default delete).
 	OnTimeout CreateSandboxRequestOnTimeout `json:"on_timeout,omitempty"`
+
+	// SecretEnv Env var name → secret name. The guest gets a random placeholder
+	// token in each var, never the secret; the egress proxy replaces
+	// the token with the secret in requests to hosts whose injection
+	// rules use that secret.
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
 
 	// Snapshot Start from this snapshot (its vcpus and memory win).
 	Snapshot string `json:"snapshot,omitempty"`
@@ -174,6 +243,14 @@ type CreateSandboxRequest struct {
 
 // CreateSandboxRequestOnTimeout What the end of timeout_s does (default delete).
 type CreateSandboxRequestOnTimeout string
+
+// CreateSecretRequest defines model for CreateSecretRequest.
+type CreateSecretRequest struct {
+	Name string `json:"name"`
+
+	// Value The secret (1 byte to 64 KiB). Never returned.
+	Value string `json:"value"`
+}
 
 // CreateTemplateRequest defines model for CreateTemplateRequest.
 type CreateTemplateRequest struct {
@@ -332,6 +409,18 @@ type Health struct {
 	VMM string `json:"vmm"`
 }
 
+// InjectRule defines model for InjectRule.
+type InjectRule struct {
+	// Header Example: Authorization
+	Header string `json:"header"`
+
+	// Host Exact name or `*.` wildcard. A rule also allows its host.
+	Host string `json:"host"`
+
+	// Value Example: Bearer {{secret:gh}}
+	Value string `json:"value"`
+}
+
 // Limits The sandbox's resource limits and lifecycle options (0 = none).
 type Limits struct {
 	CPUQuota      float64 `json:"cpu_quota"`
@@ -348,6 +437,89 @@ type Limits struct {
 type MoveRequest struct {
 	From string `json:"from"`
 	To   string `json:"to"`
+}
+
+// NetworkEvent defines model for NetworkEvent.
+type NetworkEvent struct {
+	Allowed bool `json:"allowed"`
+
+	// BytesIn Bytes from the upstream to the guest.
+	BytesIn int64 `json:"bytes_in"`
+
+	// BytesOut Bytes from the guest to the upstream.
+	BytesOut int64  `json:"bytes_out"`
+	Host     string `json:"host"`
+	ID       int64  `json:"id"`
+
+	// Kind dns: a query; http: a plain request; https: a request of an
+	// intercepted TLS connection; tls: a connection spliced by SNI;
+	// tcp: a connection allowed by CIDR or refused.
+	Kind NetworkEventKind `json:"kind"`
+
+	// Method The HTTP method (the query type for dns).
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Port   int    `json:"port"`
+
+	// Rule The rule that allowed it (`domain:…`, `cidr:…`, `inject:…`) or why it was denied.
+	Rule string `json:"rule"`
+
+	// Status The HTTP status the guest got (0 if none).
+	Status int       `json:"status"`
+	Time   time.Time `json:"time"`
+}
+
+// NetworkEventKind dns: a query; http: a plain request; https: a request of an
+// intercepted TLS connection; tls: a connection spliced by SNI;
+// tcp: a connection allowed by CIDR or refused.
+type NetworkEventKind string
+
+// NetworkEventList defines model for NetworkEventList.
+type NetworkEventList struct {
+	Events []NetworkEvent `json:"events"`
+}
+
+// NetworkMode proxy (default): one NIC whose only peer is hostd's egress proxy.
+// none: no network interface at all.
+type NetworkMode string
+
+// NetworkPolicy defines model for NetworkPolicy.
+type NetworkPolicy struct {
+	AllowCidrs   []string `json:"allow_cidrs"`
+	AllowDomains []string `json:"allow_domains"`
+
+	// AllowPorts The ports in force (the default 80 and 443 when none were given).
+	AllowPorts []int        `json:"allow_ports"`
+	Inject     []InjectRule `json:"inject"`
+
+	// Mode proxy (default): one NIC whose only peer is hostd's egress proxy.
+	// none: no network interface at all.
+	Mode NetworkMode `json:"mode"`
+}
+
+// NetworkPolicyInput Egress policy at create. Everything absent is denied.
+type NetworkPolicyInput struct {
+	// AllowCidrs Destination ranges the guest may connect to by address.
+	AllowCidrs []string `json:"allow_cidrs,omitempty"`
+
+	// AllowDomains Exact names, or `*.example.com` (any name below it), or `*`.
+	AllowDomains []string `json:"allow_domains,omitempty"`
+
+	// AllowPorts Allowed destination TCP ports (default 80 and 443).
+	AllowPorts []int        `json:"allow_ports,omitempty"`
+	Inject     []InjectRule `json:"inject,omitempty"`
+
+	// Mode proxy (default): one NIC whose only peer is hostd's egress proxy.
+	// none: no network interface at all.
+	Mode *NetworkMode `json:"mode,omitempty"`
+}
+
+// NetworkPolicyPatch Fields present replace the policy's; absent fields stay.
+type NetworkPolicyPatch struct {
+	AllowCidrs   *[]string     `json:"allow_cidrs,omitempty"`
+	AllowDomains *[]string     `json:"allow_domains,omitempty"`
+	AllowPorts   *[]int        `json:"allow_ports,omitempty"`
+	Inject       *[]InjectRule `json:"inject,omitempty"`
 }
 
 // PortAccess defines model for PortAccess.
@@ -403,6 +575,17 @@ type SandboxList struct {
 
 // SandboxState defines model for SandboxState.
 type SandboxState string
+
+// SecretInfo defines model for SecretInfo.
+type SecretInfo struct {
+	CreatedAt time.Time `json:"created_at"`
+	Name      string    `json:"name"`
+}
+
+// SecretList defines model for SecretList.
+type SecretList struct {
+	Secrets []SecretInfo `json:"secrets"`
+}
 
 // ShareLink defines model for ShareLink.
 type ShareLink struct {
@@ -528,6 +711,18 @@ type Port = int
 // SandboxID defines model for SandboxID.
 type SandboxID = string
 
+// ListSandboxEventsParams defines parameters for ListSandboxEvents.
+type ListSandboxEventsParams struct {
+	Type ListSandboxEventsParamsType `form:"type" json:"type"`
+
+	// After Only events with an id above this one (for paging).
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+	Limit *int   `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListSandboxEventsParamsType defines parameters for ListSandboxEvents.
+type ListSandboxEventsParamsType string
+
 // ExecCommandParams defines parameters for ExecCommand.
 type ExecCommandParams struct {
 	// Stream Stream events as NDJSON instead of collecting the output.
@@ -603,6 +798,9 @@ type MoveFileJSONRequestBody = MoveRequest
 // ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
 type ForkSandboxJSONRequestBody = ForkRequest
 
+// PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
+type PatchSandboxNetworkJSONRequestBody = NetworkPolicyPatch
+
 // SetPortJSONRequestBody defines body for SetPort for application/json ContentType.
 type SetPortJSONRequestBody = PortSettings
 
@@ -614,6 +812,9 @@ type SnapshotSandboxJSONRequestBody = SnapshotRequest
 
 // ExtendTimeoutJSONRequestBody defines body for ExtendTimeout for application/json ContentType.
 type ExtendTimeoutJSONRequestBody = TimeoutRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = CreateTemplateRequest
@@ -745,6 +946,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSandboxEvents The sandbox's audit events, oldest first.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
+	ListSandboxEvents(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListExecs List the sandbox's exec sessions, oldest first.
 	//
@@ -956,6 +1162,33 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
 	ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetSandboxNetwork The sandbox's egress policy.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
+	GetSandboxNetwork(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchSandboxNetworkWithBody Change a running sandbox's egress policy.
+	//
+	// Every field that is present replaces the policy's field; absent fields
+	// stay. The change applies to new DNS queries, connections and requests
+	// at once. The mode cannot change while the sandbox runs.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+	PatchSandboxNetworkWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchSandboxNetwork Change a running sandbox's egress policy.
+	//
+	// Every field that is present replaces the policy's field; absent fields
+	// stay. The change applies to new DNS queries, connections and requests
+	// at once. The mode cannot change while the sandbox runs.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+	PatchSandboxNetwork(ctx context.Context, id SandboxID, body PatchSandboxNetworkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PauseSandbox Write the sandbox's memory to disk and release the host memory.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -1073,6 +1306,38 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
 	GetUsage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSecrets List the secrets' names (never their values).
+	//
+	// Corresponds with GET /v1/secrets (the `ListSecrets` operationId).
+	ListSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSecretWithBody Store a secret (or replace one of the same name).
+	//
+	// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+	// before it is stored, and no call ever returns it. Injection rules
+	// reference it as `{{secret:NAME}}`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+	CreateSecretWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSecret Store a secret (or replace one of the same name).
+	//
+	// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+	// before it is stored, and no call ever returns it. Injection rules
+	// reference it as `{{secret:NAME}}`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+	CreateSecret(ctx context.Context, body CreateSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSecret Delete a secret.
+	//
+	// Corresponds with DELETE /v1/secrets/{name} (the `DeleteSecret` operationId).
+	DeleteSecret(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSnapshots List snapshots, oldest first.
 	//
@@ -1246,6 +1511,21 @@ func (c *Raw) DeleteSandbox(ctx context.Context, id SandboxID, reqEditors ...Req
 // Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 func (c *Raw) GetSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSandboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSandboxEvents The sandbox's audit events, oldest first.
+//
+// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
+func (c *Raw) ListSandboxEvents(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSandboxEventsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1636,6 +1916,63 @@ func (c *Raw) ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSO
 	return c.Client.Do(req)
 }
 
+// GetSandboxNetwork The sandbox's egress policy.
+//
+// Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
+func (c *Raw) GetSandboxNetwork(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSandboxNetworkRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchSandboxNetworkWithBody Change a running sandbox's egress policy.
+//
+// Every field that is present replaces the policy's field; absent fields
+// stay. The change applies to new DNS queries, connections and requests
+// at once. The mode cannot change while the sandbox runs.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+func (c *Raw) PatchSandboxNetworkWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchSandboxNetworkRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchSandboxNetwork Change a running sandbox's egress policy.
+//
+// Every field that is present replaces the policy's field; absent fields
+// stay. The change applies to new DNS queries, connections and requests
+// at once. The mode cannot change while the sandbox runs.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+func (c *Raw) PatchSandboxNetwork(ctx context.Context, id SandboxID, body PatchSandboxNetworkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchSandboxNetworkRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PauseSandbox Write the sandbox's memory to disk and release the host memory.
 //
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -1864,6 +2201,78 @@ func (c *Raw) ExtendTimeout(ctx context.Context, id SandboxID, body ExtendTimeou
 // Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
 func (c *Raw) GetUsage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetUsageRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSecrets List the secrets' names (never their values).
+//
+// Corresponds with GET /v1/secrets (the `ListSecrets` operationId).
+func (c *Raw) ListSecrets(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSecretsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSecretWithBody Store a secret (or replace one of the same name).
+//
+// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+// before it is stored, and no call ever returns it. Injection rules
+// reference it as `{{secret:NAME}}`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+func (c *Raw) CreateSecretWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSecretRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSecret Store a secret (or replace one of the same name).
+//
+// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+// before it is stored, and no call ever returns it. Injection rules
+// reference it as `{{secret:NAME}}`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+func (c *Raw) CreateSecret(ctx context.Context, body CreateSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSecretRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSecret Delete a secret.
+//
+// Corresponds with DELETE /v1/secrets/{name} (the `DeleteSecret` operationId).
+func (c *Raw) DeleteSecret(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSecretRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -2207,6 +2616,87 @@ func NewGetSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListSandboxEventsRequest constructs an http.Request for the ListSandboxEvents method
+func NewListSandboxEventsRequest(server string, id SandboxID, params *ListSandboxEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -2957,6 +3447,87 @@ func NewForkSandboxRequestWithBody(server string, id SandboxID, contentType stri
 	return req, nil
 }
 
+// NewGetSandboxNetworkRequest constructs an http.Request for the GetSandboxNetwork method
+func NewGetSandboxNetworkRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/network", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPatchSandboxNetworkRequest calls the generic PatchSandboxNetwork builder with application/json body
+func NewPatchSandboxNetworkRequest(server string, id SandboxID, body PatchSandboxNetworkJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchSandboxNetworkRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewPatchSandboxNetworkRequestWithBody constructs an http.Request for the PatchSandboxNetwork method, with any body, and a specified content type
+func NewPatchSandboxNetworkRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/network", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPauseSandboxRequest constructs an http.Request for the PauseSandbox method
 func NewPauseSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -3295,6 +3866,107 @@ func NewGetUsageRequest(server string, id SandboxID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListSecretsRequest constructs an http.Request for the ListSecrets method
+func NewListSecretsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/secrets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateSecretRequest calls the generic CreateSecret builder with application/json body
+func NewCreateSecretRequest(server string, body CreateSecretJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateSecretRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateSecretRequestWithBody constructs an http.Request for the CreateSecret method, with any body, and a specified content type
+func NewCreateSecretRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/secrets")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteSecretRequest constructs an http.Request for the DeleteSecret method
+func NewDeleteSecretRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/secrets/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3642,6 +4314,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxResponse, error)
 
+	// ListSandboxEventsWithResponse The sandbox's audit events, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
+	ListSandboxEventsWithResponse(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*ListSandboxEventsResponse, error)
+
 	// ListExecsWithResponse List the sandbox's exec sessions, oldest first.
 	//
 	// Running and finished sessions; the guest keeps the newest 256.
@@ -3868,6 +4547,35 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
 	ForkSandboxWithResponse(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*ForkSandboxResponse, error)
 
+	// GetSandboxNetworkWithResponse The sandbox's egress policy.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
+	GetSandboxNetworkWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxNetworkResponse, error)
+
+	// PatchSandboxNetworkWithBodyWithResponse Change a running sandbox's egress policy.
+	//
+	// Every field that is present replaces the policy's field; absent fields
+	// stay. The change applies to new DNS queries, connections and requests
+	// at once. The mode cannot change while the sandbox runs.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+	PatchSandboxNetworkWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchSandboxNetworkResponse, error)
+
+	// PatchSandboxNetworkWithResponse Change a running sandbox's egress policy.
+	//
+	// Every field that is present replaces the policy's field; absent fields
+	// stay. The change applies to new DNS queries, connections and requests
+	// at once. The mode cannot change while the sandbox runs.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+	PatchSandboxNetworkWithResponse(ctx context.Context, id SandboxID, body PatchSandboxNetworkJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchSandboxNetworkResponse, error)
+
 	// PauseSandboxWithResponse Write the sandbox's memory to disk and release the host memory.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3993,6 +4701,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/usage (the `GetUsage` operationId).
 	GetUsageWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetUsageResponse, error)
+
+	// ListSecretsWithResponse List the secrets' names (never their values).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/secrets (the `ListSecrets` operationId).
+	ListSecretsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSecretsResponse, error)
+
+	// CreateSecretWithBodyWithResponse Store a secret (or replace one of the same name).
+	//
+	// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+	// before it is stored, and no call ever returns it. Injection rules
+	// reference it as `{{secret:NAME}}`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+	CreateSecretWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSecretResponse, error)
+
+	// CreateSecretWithResponse Store a secret (or replace one of the same name).
+	//
+	// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+	// before it is stored, and no call ever returns it. Injection rules
+	// reference it as `{{secret:NAME}}`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+	CreateSecretWithResponse(ctx context.Context, body CreateSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSecretResponse, error)
+
+	// DeleteSecretWithResponse Delete a secret.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/secrets/{name} (the `DeleteSecret` operationId).
+	DeleteSecretWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteSecretResponse, error)
 
 	// ListSnapshotsWithResponse List snapshots, oldest first.
 	//
@@ -4356,6 +5100,54 @@ func (r GetSandboxResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListSandboxEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NetworkEventList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSandboxEventsResponse) GetJSON200() *NetworkEventList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListSandboxEventsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSandboxEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSandboxEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSandboxEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSandboxEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4937,6 +5729,102 @@ func (r ForkSandboxResponse) ContentType() string {
 	return ""
 }
 
+type GetSandboxNetworkResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NetworkPolicy
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSandboxNetworkResponse) GetJSON200() *NetworkPolicy {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetSandboxNetworkResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSandboxNetworkResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSandboxNetworkResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSandboxNetworkResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSandboxNetworkResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PatchSandboxNetworkResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NetworkPolicy
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PatchSandboxNetworkResponse) GetJSON200() *NetworkPolicy {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PatchSandboxNetworkResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PatchSandboxNetworkResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchSandboxNetworkResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchSandboxNetworkResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchSandboxNetworkResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type PauseSandboxResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5315,6 +6203,143 @@ func (r GetUsageResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetUsageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListSecretsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SecretList
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSecretsResponse) GetJSON200() *SecretList {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListSecretsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSecretsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSecretsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSecretsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSecretsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateSecretResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *SecretInfo
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateSecretResponse) GetJSON201() *SecretInfo {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateSecretResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateSecretResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateSecretResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateSecretResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateSecretResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteSecretResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteSecretResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSecretResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSecretResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSecretResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSecretResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5757,6 +6782,19 @@ func (c *ClientWithResponses) GetSandboxWithResponse(ctx context.Context, id San
 	return ParseGetSandboxResponse(rsp)
 }
 
+// ListSandboxEventsWithResponse The sandbox's audit events, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
+func (c *ClientWithResponses) ListSandboxEventsWithResponse(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*ListSandboxEventsResponse, error) {
+	rsp, err := c.ListSandboxEvents(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSandboxEventsResponse(rsp)
+}
+
 // ListExecsWithResponse List the sandbox's exec sessions, oldest first.
 //
 // Running and finished sessions; the guest keeps the newest 256.
@@ -6085,6 +7123,53 @@ func (c *ClientWithResponses) ForkSandboxWithResponse(ctx context.Context, id Sa
 	return ParseForkSandboxResponse(rsp)
 }
 
+// GetSandboxNetworkWithResponse The sandbox's egress policy.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
+func (c *ClientWithResponses) GetSandboxNetworkWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxNetworkResponse, error) {
+	rsp, err := c.GetSandboxNetwork(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSandboxNetworkResponse(rsp)
+}
+
+// PatchSandboxNetworkWithBodyWithResponse Change a running sandbox's egress policy.
+//
+// Every field that is present replaces the policy's field; absent fields
+// stay. The change applies to new DNS queries, connections and requests
+// at once. The mode cannot change while the sandbox runs.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+func (c *ClientWithResponses) PatchSandboxNetworkWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchSandboxNetworkResponse, error) {
+	rsp, err := c.PatchSandboxNetworkWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchSandboxNetworkResponse(rsp)
+}
+
+// PatchSandboxNetworkWithResponse Change a running sandbox's egress policy.
+//
+// Every field that is present replaces the policy's field; absent fields
+// stay. The change applies to new DNS queries, connections and requests
+// at once. The mode cannot change while the sandbox runs.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/sandboxes/{id}/network (the `PatchSandboxNetwork` operationId).
+func (c *ClientWithResponses) PatchSandboxNetworkWithResponse(ctx context.Context, id SandboxID, body PatchSandboxNetworkJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchSandboxNetworkResponse, error) {
+	rsp, err := c.PatchSandboxNetwork(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchSandboxNetworkResponse(rsp)
+}
+
 // PauseSandboxWithResponse Write the sandbox's memory to disk and release the host memory.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6281,6 +7366,66 @@ func (c *ClientWithResponses) GetUsageWithResponse(ctx context.Context, id Sandb
 		return nil, err
 	}
 	return ParseGetUsageResponse(rsp)
+}
+
+// ListSecretsWithResponse List the secrets' names (never their values).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/secrets (the `ListSecrets` operationId).
+func (c *ClientWithResponses) ListSecretsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSecretsResponse, error) {
+	rsp, err := c.ListSecrets(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSecretsResponse(rsp)
+}
+
+// CreateSecretWithBodyWithResponse Store a secret (or replace one of the same name).
+//
+// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+// before it is stored, and no call ever returns it. Injection rules
+// reference it as `{{secret:NAME}}`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+func (c *ClientWithResponses) CreateSecretWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSecretResponse, error) {
+	rsp, err := c.CreateSecretWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSecretResponse(rsp)
+}
+
+// CreateSecretWithResponse Store a secret (or replace one of the same name).
+//
+// The value is sealed (AES-256-GCM) with a key in hostd's data directory
+// before it is stored, and no call ever returns it. Injection rules
+// reference it as `{{secret:NAME}}`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/secrets (the `CreateSecret` operationId).
+func (c *ClientWithResponses) CreateSecretWithResponse(ctx context.Context, body CreateSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSecretResponse, error) {
+	rsp, err := c.CreateSecret(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateSecretResponse(rsp)
+}
+
+// DeleteSecretWithResponse Delete a secret.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/secrets/{name} (the `DeleteSecret` operationId).
+func (c *ClientWithResponses) DeleteSecretWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteSecretResponse, error) {
+	rsp, err := c.DeleteSecret(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSecretResponse(rsp)
 }
 
 // ListSnapshotsWithResponse List snapshots, oldest first.
@@ -6579,6 +7724,39 @@ func ParseGetSandboxResponse(rsp *http.Response) (*GetSandboxResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Sandbox
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSandboxEventsResponse parses an HTTP response from a ListSandboxEventsWithResponse call
+func ParseListSandboxEventsResponse(rsp *http.Response) (*ListSandboxEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSandboxEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NetworkEventList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6997,6 +8175,72 @@ func ParseForkSandboxResponse(rsp *http.Response) (*ForkSandboxResponse, error) 
 	return response, nil
 }
 
+// ParseGetSandboxNetworkResponse parses an HTTP response from a GetSandboxNetworkWithResponse call
+func ParseGetSandboxNetworkResponse(rsp *http.Response) (*GetSandboxNetworkResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSandboxNetworkResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NetworkPolicy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePatchSandboxNetworkResponse parses an HTTP response from a PatchSandboxNetworkWithResponse call
+func ParsePatchSandboxNetworkResponse(rsp *http.Response) (*PatchSandboxNetworkResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchSandboxNetworkResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NetworkPolicy
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePauseSandboxResponse parses an HTTP response from a PauseSandboxWithResponse call
 func ParsePauseSandboxResponse(rsp *http.Response) (*PauseSandboxResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7248,6 +8492,101 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSecretsResponse parses an HTTP response from a ListSecretsWithResponse call
+func ParseListSecretsResponse(rsp *http.Response) (*ListSecretsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSecretsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SecretList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateSecretResponse parses an HTTP response from a CreateSecretWithResponse call
+func ParseCreateSecretResponse(rsp *http.Response) (*CreateSecretResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateSecretResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest SecretInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSecretResponse parses an HTTP response from a DeleteSecretWithResponse call
+func ParseDeleteSecretResponse(rsp *http.Response) (*DeleteSecretResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSecretResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

@@ -69,6 +69,11 @@ func run(log *slog.Logger, booted time.Time) error {
 	if err := loopbackUp(); err != nil {
 		log.Warn("loopback", "err", err)
 	}
+	if err := setupNetwork(args); errors.Is(err, errNoNIC) {
+		log.Warn("network", "err", err)
+	} else if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
 	reaper := NewReaper()
 	if err := serveAgent(log, reaper, booted); err != nil {
 		return err

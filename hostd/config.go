@@ -39,6 +39,15 @@ type Config struct {
 	// DefaultVCPUs and DefaultMemoryMiB size sandboxes that don't say.
 	DefaultVCPUs     int
 	DefaultMemoryMiB int
+	// Network is "proxy" (default: every sandbox gets a NIC behind the
+	// egress proxy, see hostd/sandboxnet) or "off" (no sandbox has a NIC).
+	Network string
+	// EgressHosts maps upstream names to addresses for the egress proxy,
+	// before the host's resolver (split DNS; tests' upstreams).
+	EgressHosts map[string]string
+	// EgressUpstreamCA is a PEM file of extra roots the proxy trusts for
+	// upstream TLS (tests only).
+	EgressUpstreamCA string
 	// Logger receives hostd's logs.
 	Logger *slog.Logger
 	// Limits are the defaults and maximums of sandboxes' resource limits
@@ -105,6 +114,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.BaseImage, filepath.Join(cache, "images", "base.qcow2"))
 	def(&c.VMM, "auto")
 	def(&c.Accel, "auto")
+	def(&c.Network, "proxy")
 	if c.DefaultVCPUs == 0 {
 		c.DefaultVCPUs = 1
 	}

@@ -52,12 +52,17 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return err
 	}
 	log.Info("vmm chosen", "vmm", health.VMM, "accel", health.Accel)
+	network, box, err := newNetwork(cfg, st)
+	if err != nil {
+		return err
+	}
 	met := metrics.New()
 	opts := sandbox.Options{
 		Driver: drv, Store: st, DataDir: cfg.DataDir,
 		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
-		Limits: cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met,
+		Network: network,
+		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met,
 	}
 	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
 		return err
@@ -85,7 +90,8 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return fmt.Errorf("hostd: %w", err)
 	}
 	defer ports.Close()
-	handler := api.New(api.Options{Manager: mgr, Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports, Metrics: met.Handler()})
+	handler := api.New(api.Options{Manager: mgr, Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
+		Network: mgr, Secrets: box, Metrics: met.Handler()})
 	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }
 

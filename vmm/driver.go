@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 )
 
 // AgentPort is the channel port on which guestinit serves its ttrpc services.
@@ -78,6 +79,19 @@ type Config struct {
 	// is created, before the backend waits for it (hostd puts the process
 	// into its cgroup there). An error stops the VM and fails the start.
 	Started func(pid int) error
+	// Net, if set, gives the guest one virtio-net NIC on a tap device.
+	// Nil means no network device at all.
+	Net *Net
+}
+
+// Net is the guest's NIC: a tap device opened by the caller (in the
+// sandbox's network namespace) and handed to the VMM as a file descriptor.
+type Net struct {
+	// Tap is an open tap queue; the driver passes it to the VMM process and
+	// does not close it.
+	Tap *os.File
+	// MAC is the guest NIC's address (aa:bb:cc:dd:ee:ff).
+	MAC string
 }
 
 // Validate reports the first problem with c, wrapped in ErrInvalidConfig.
@@ -95,6 +109,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: memory %d MiB < 64", ErrInvalidConfig, c.MemoryMiB)
 	case c.ConsoleLog == "":
 		return fmt.Errorf("%w: empty ConsoleLog", ErrInvalidConfig)
+	case c.Net != nil && (c.Net.Tap == nil || c.Net.MAC == ""):
+		return fmt.Errorf("%w: Net needs Tap and MAC", ErrInvalidConfig)
 	}
 	return nil
 }

@@ -27,7 +27,23 @@ func main() {
 func run() error {
 	boots := flag.Int("boots", 5, "cold boots to measure")
 	execs := flag.Int("execs", 200, "exec round trips to measure")
+	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
+	netOnly := flag.Bool("network-only", false, "run only the egress proxy benchmarks")
+	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
 	flag.Parse()
+	if *netOnly {
+		t := &table{}
+		if err := benchNetwork(t, *requests); err != nil {
+			return err
+		}
+		if *guestNet {
+			if err := benchGuestDownload(context.Background(), t); err != nil {
+				return err
+			}
+		}
+		t.print(os.Stdout)
+		return nil
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, stop, err := startHostd(ctx)
@@ -53,12 +69,23 @@ func run() error {
 	if err := benchSnapshots(ctx, c, t, cold); err != nil {
 		return err
 	}
+	if err := benchNetwork(t, *requests); err != nil {
+		return err
+	}
+	if err := benchGuestDownload(ctx, t); err != nil {
+		return err
+	}
 	t.print(os.Stdout)
 	return nil
 }
 
 // startHostd runs hostd in this process with TCG unless AGENTBOX_ACCEL says.
 func startHostd(ctx context.Context) (*client.Client, func(), error) {
+	return startHostdWith(ctx, nil)
+}
+
+// startHostdWith is startHostd with a hook that adjusts the config.
+func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Client, func(), error) {
 	data, err := os.MkdirTemp("", "ab-bench-")
 	if err != nil {
 		return nil, nil, err
@@ -74,10 +101,17 @@ func startHostd(ctx context.Context) (*client.Client, func(), error) {
 	const key = "ab_bench"
 	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: key, VMM: "qemu", Accel: accel,
 		Logger: slog.New(slog.NewTextHandler(logf, nil))}
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- hostd.RunWithReady(ctx, cfg, func(a string) { addr <- a }) }()
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = hostd.RunWithReady(ctx, cfg, func(a string) { addr <- a })
+		close(done)
+	}()
 	stop := func() {
 		cancel()
 		<-done
@@ -92,9 +126,9 @@ func startHostd(ctx context.Context) (*client.Client, func(), error) {
 			return nil, nil, err
 		}
 		return c, stop, nil
-	case err := <-done:
+	case <-done:
 		stop()
-		return nil, nil, fmt.Errorf("hostd: %w", err)
+		return nil, nil, fmt.Errorf("hostd: %w", runErr)
 	case <-time.After(2 * time.Minute):
 		stop()
 		return nil, nil, fmt.Errorf("hostd did not start")

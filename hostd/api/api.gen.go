@@ -65,6 +65,51 @@ func (e ExecEventType) Valid() bool {
 	}
 }
 
+// Defines values for NetworkEventKind.
+const (
+	NetworkEventKindDNS   NetworkEventKind = "dns"
+	NetworkEventKindHTTP  NetworkEventKind = "http"
+	NetworkEventKindHTTPS NetworkEventKind = "https"
+	NetworkEventKindTCP   NetworkEventKind = "tcp"
+	NetworkEventKindTLS   NetworkEventKind = "tls"
+)
+
+// Valid indicates whether the value is a known member of the NetworkEventKind enum.
+func (e NetworkEventKind) Valid() bool {
+	switch e {
+	case NetworkEventKindDNS:
+		return true
+	case NetworkEventKindHTTP:
+		return true
+	case NetworkEventKindHTTPS:
+		return true
+	case NetworkEventKindTCP:
+		return true
+	case NetworkEventKindTLS:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NetworkMode.
+const (
+	NetworkModeNone  NetworkMode = "none"
+	NetworkModeProxy NetworkMode = "proxy"
+)
+
+// Valid indicates whether the value is a known member of the NetworkMode enum.
+func (e NetworkMode) Valid() bool {
+	switch e {
+	case NetworkModeNone:
+		return true
+	case NetworkModeProxy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	SandboxStateCreating SandboxState = "creating"
@@ -119,6 +164,21 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
+// Defines values for ListSandboxEventsParamsType.
+const (
+	ListSandboxEventsParamsTypeNetwork ListSandboxEventsParamsType = "network"
+)
+
+// Valid indicates whether the value is a known member of the ListSandboxEventsParamsType enum.
+func (e ListSandboxEventsParamsType) Valid() bool {
+	switch e {
+	case ListSandboxEventsParamsTypeNetwork:
+		return true
+	default:
+		return false
+	}
+}
+
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
 	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default).
@@ -151,8 +211,17 @@ type CreateSandboxRequest struct {
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
 
+	// Network Egress policy at create. Everything absent is denied.
+	Network *NetworkPolicyInput `json:"network,omitempty"`
+
 	// OnTimeout What the end of timeout_s does (default delete).
 	OnTimeout CreateSandboxRequestOnTimeout `json:"on_timeout,omitempty"`
+
+	// SecretEnv Env var name → secret name. The guest gets a random placeholder
+	// token in each var, never the secret; the egress proxy replaces
+	// the token with the secret in requests to hosts whose injection
+	// rules use that secret.
+	SecretEnv map[string]string `json:"secret_env,omitempty"`
 
 	// Snapshot Start from this snapshot (its vcpus and memory win).
 	Snapshot string `json:"snapshot,omitempty"`
@@ -169,6 +238,14 @@ type CreateSandboxRequest struct {
 
 // CreateSandboxRequestOnTimeout What the end of timeout_s does (default delete).
 type CreateSandboxRequestOnTimeout string
+
+// CreateSecretRequest defines model for CreateSecretRequest.
+type CreateSecretRequest struct {
+	Name string `json:"name"`
+
+	// Value The secret (1 byte to 64 KiB). Never returned.
+	Value string `json:"value"`
+}
 
 // CreateTemplateRequest defines model for CreateTemplateRequest.
 type CreateTemplateRequest struct {
@@ -327,6 +404,18 @@ type Health struct {
 	VMM string `json:"vmm"`
 }
 
+// InjectRule defines model for InjectRule.
+type InjectRule struct {
+	// Header Example: Authorization
+	Header string `json:"header"`
+
+	// Host Exact name or `*.` wildcard. A rule also allows its host.
+	Host string `json:"host"`
+
+	// Value Example: Bearer {{secret:gh}}
+	Value string `json:"value"`
+}
+
 // Limits The sandbox's resource limits and lifecycle options (0 = none).
 type Limits struct {
 	CPUQuota      float64 `json:"cpu_quota"`
@@ -343,6 +432,89 @@ type Limits struct {
 type MoveRequest struct {
 	From string `json:"from"`
 	To   string `json:"to"`
+}
+
+// NetworkEvent defines model for NetworkEvent.
+type NetworkEvent struct {
+	Allowed bool `json:"allowed"`
+
+	// BytesIn Bytes from the upstream to the guest.
+	BytesIn int64 `json:"bytes_in"`
+
+	// BytesOut Bytes from the guest to the upstream.
+	BytesOut int64  `json:"bytes_out"`
+	Host     string `json:"host"`
+	ID       int64  `json:"id"`
+
+	// Kind dns: a query; http: a plain request; https: a request of an
+	// intercepted TLS connection; tls: a connection spliced by SNI;
+	// tcp: a connection allowed by CIDR or refused.
+	Kind NetworkEventKind `json:"kind"`
+
+	// Method The HTTP method (the query type for dns).
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Port   int    `json:"port"`
+
+	// Rule The rule that allowed it (`domain:…`, `cidr:…`, `inject:…`) or why it was denied.
+	Rule string `json:"rule"`
+
+	// Status The HTTP status the guest got (0 if none).
+	Status int       `json:"status"`
+	Time   time.Time `json:"time"`
+}
+
+// NetworkEventKind dns: a query; http: a plain request; https: a request of an
+// intercepted TLS connection; tls: a connection spliced by SNI;
+// tcp: a connection allowed by CIDR or refused.
+type NetworkEventKind string
+
+// NetworkEventList defines model for NetworkEventList.
+type NetworkEventList struct {
+	Events []NetworkEvent `json:"events"`
+}
+
+// NetworkMode proxy (default): one NIC whose only peer is hostd's egress proxy.
+// none: no network interface at all.
+type NetworkMode string
+
+// NetworkPolicy defines model for NetworkPolicy.
+type NetworkPolicy struct {
+	AllowCidrs   []string `json:"allow_cidrs"`
+	AllowDomains []string `json:"allow_domains"`
+
+	// AllowPorts The ports in force (the default 80 and 443 when none were given).
+	AllowPorts []int        `json:"allow_ports"`
+	Inject     []InjectRule `json:"inject"`
+
+	// Mode proxy (default): one NIC whose only peer is hostd's egress proxy.
+	// none: no network interface at all.
+	Mode NetworkMode `json:"mode"`
+}
+
+// NetworkPolicyInput Egress policy at create. Everything absent is denied.
+type NetworkPolicyInput struct {
+	// AllowCidrs Destination ranges the guest may connect to by address.
+	AllowCidrs []string `json:"allow_cidrs,omitempty"`
+
+	// AllowDomains Exact names, or `*.example.com` (any name below it), or `*`.
+	AllowDomains []string `json:"allow_domains,omitempty"`
+
+	// AllowPorts Allowed destination TCP ports (default 80 and 443).
+	AllowPorts []int        `json:"allow_ports,omitempty"`
+	Inject     []InjectRule `json:"inject,omitempty"`
+
+	// Mode proxy (default): one NIC whose only peer is hostd's egress proxy.
+	// none: no network interface at all.
+	Mode *NetworkMode `json:"mode,omitempty"`
+}
+
+// NetworkPolicyPatch Fields present replace the policy's; absent fields stay.
+type NetworkPolicyPatch struct {
+	AllowCidrs   *[]string     `json:"allow_cidrs,omitempty"`
+	AllowDomains *[]string     `json:"allow_domains,omitempty"`
+	AllowPorts   *[]int        `json:"allow_ports,omitempty"`
+	Inject       *[]InjectRule `json:"inject,omitempty"`
 }
 
 // PortAccess defines model for PortAccess.
@@ -398,6 +570,17 @@ type SandboxList struct {
 
 // SandboxState defines model for SandboxState.
 type SandboxState string
+
+// SecretInfo defines model for SecretInfo.
+type SecretInfo struct {
+	CreatedAt time.Time `json:"created_at"`
+	Name      string    `json:"name"`
+}
+
+// SecretList defines model for SecretList.
+type SecretList struct {
+	Secrets []SecretInfo `json:"secrets"`
+}
 
 // ShareLink defines model for ShareLink.
 type ShareLink struct {
@@ -523,6 +706,18 @@ type Port = int
 // SandboxID defines model for SandboxID.
 type SandboxID = string
 
+// ListSandboxEventsParams defines parameters for ListSandboxEvents.
+type ListSandboxEventsParams struct {
+	Type ListSandboxEventsParamsType `form:"type" json:"type"`
+
+	// After Only events with an id above this one (for paging).
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+	Limit *int   `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListSandboxEventsParamsType defines parameters for ListSandboxEvents.
+type ListSandboxEventsParamsType string
+
 // ExecCommandParams defines parameters for ExecCommand.
 type ExecCommandParams struct {
 	// Stream Stream events as NDJSON instead of collecting the output.
@@ -598,6 +793,9 @@ type MoveFileJSONRequestBody = MoveRequest
 // ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
 type ForkSandboxJSONRequestBody = ForkRequest
 
+// PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
+type PatchSandboxNetworkJSONRequestBody = NetworkPolicyPatch
+
 // SetPortJSONRequestBody defines body for SetPort for application/json ContentType.
 type SetPortJSONRequestBody = PortSettings
 
@@ -609,6 +807,9 @@ type SnapshotSandboxJSONRequestBody = SnapshotRequest
 
 // ExtendTimeoutJSONRequestBody defines body for ExtendTimeout for application/json ContentType.
 type ExtendTimeoutJSONRequestBody = TimeoutRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = CreateTemplateRequest
@@ -636,6 +837,9 @@ type ServerInterface interface {
 	// GetSandbox Describe a sandbox.
 	// (GET /v1/sandboxes/{id})
 	GetSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ListSandboxEvents The sandbox's audit events, oldest first.
+	// (GET /v1/sandboxes/{id}/events)
+	ListSandboxEvents(w http.ResponseWriter, r *http.Request, id SandboxID, params ListSandboxEventsParams)
 	// ListExecs List the sandbox's exec sessions, oldest first.
 	// (GET /v1/sandboxes/{id}/exec)
 	ListExecs(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -675,6 +879,12 @@ type ServerInterface interface {
 	// ForkSandbox Fork a running sandbox into N copy-on-write sandboxes.
 	// (POST /v1/sandboxes/{id}/fork)
 	ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// GetSandboxNetwork The sandbox's egress policy.
+	// (GET /v1/sandboxes/{id}/network)
+	GetSandboxNetwork(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// PatchSandboxNetwork Change a running sandbox's egress policy.
+	// (PATCH /v1/sandboxes/{id}/network)
+	PatchSandboxNetwork(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// PauseSandbox Write the sandbox's memory to disk and release the host memory.
 	// (POST /v1/sandboxes/{id}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -699,6 +909,15 @@ type ServerInterface interface {
 	// GetUsage What the sandbox has consumed.
 	// (GET /v1/sandboxes/{id}/usage)
 	GetUsage(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ListSecrets List the secrets' names (never their values).
+	// (GET /v1/secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request)
+	// CreateSecret Store a secret (or replace one of the same name).
+	// (POST /v1/secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+	// DeleteSecret Delete a secret.
+	// (DELETE /v1/secrets/{name})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, name string)
 	// ListSnapshots List snapshots, oldest first.
 	// (GET /v1/snapshots)
 	ListSnapshots(w http.ResponseWriter, r *http.Request)
@@ -844,6 +1063,74 @@ func (siw *ServerInterfaceWrapper) GetSandbox(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSandboxEvents operation middleware
+func (siw *ServerInterfaceWrapper) ListSandboxEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSandboxEventsParams
+
+	// ------------- Required query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "type", r.URL.Query(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "type"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "type", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", r.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "after"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "after", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSandboxEvents(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1388,6 +1675,58 @@ func (siw *ServerInterfaceWrapper) ForkSandbox(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// GetSandboxNetwork operation middleware
+func (siw *ServerInterfaceWrapper) GetSandboxNetwork(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSandboxNetwork(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PatchSandboxNetwork operation middleware
+func (siw *ServerInterfaceWrapper) PatchSandboxNetwork(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PatchSandboxNetwork(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PauseSandbox operation middleware
 func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -1614,6 +1953,60 @@ func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetUsage(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1924,6 +2317,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/templates", wrapper.CreateTemplate)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/templates/{name}", wrapper.DeleteTemplate)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/templates/{name}", wrapper.GetTemplate)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/network", wrapper.GetSandboxNetwork)
+	m.HandleFunc(http.MethodPatch+" "+options.BaseURL+"/v1/sandboxes/{id}/network", wrapper.PatchSandboxNetwork)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/events", wrapper.ListSandboxEvents)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/secrets/{name}", wrapper.DeleteSecret)
 
 	return m
 }

@@ -64,6 +64,10 @@ type Options struct {
 	Auth Authenticator
 	// Health reports the VMM backend for GET /healthz; nil reports "".
 	Health func() HealthInfo
+	// Network serves the network policy and events routes, Secrets the
+	// secrets routes (network.go); nil answers them with 501.
+	Network NetworkManager
+	Secrets SecretStore
 	// Logger receives one line per request and every internal error;
 	// nil discards.
 	Logger *slog.Logger
@@ -87,6 +91,8 @@ var publicRoutes = map[string]bool{
 type server struct {
 	m       Manager
 	ports   Ports
+	net     NetworkManager
+	secrets SecretStore
 	health  func() HealthInfo
 	log     *slog.Logger
 	metrics http.Handler
@@ -100,7 +106,7 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, ports: opts.Ports, health: opts.Health, log: log, metrics: opts.Metrics}
+	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

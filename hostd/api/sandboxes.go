@@ -41,6 +41,8 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		Env:       req.Env,
 		TimeoutS:  req.TimeoutS,
 		Metadata:  req.Metadata,
+		Network:   toPolicy(req.Network),
+		SecretEnv: req.SecretEnv,
 		Snapshot:  req.Snapshot,
 		Template:  req.Template,
 		Limits:    limitsOf(req),

@@ -26,6 +26,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 	if err != nil {
 		return nil, m.notFound(err, id)
 	}
+	pol := m.inheritedPolicy(ctx, id)
 	sn, err := m.Snapshot(ctx, id, SnapshotOptions{Kind: "fork"})
 	if err != nil {
 		return nil, err
@@ -42,7 +43,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Limits: m.limitsOf(ctx, id)})
+			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol, Limits: m.limitsOf(ctx, id)})
 		}()
 	}
 	wg.Wait()
@@ -139,6 +140,10 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	b := &box{id: id, dir: rec.Dir, gone: make(chan struct{}), overlay: v.Overlay, snapshotID: v.SnapshotID, cwd: v.Cwd}
 	b.disks = countOverlays(rec.Dir)
+	if err := m.ensureNetwork(ctx, id); err != nil {
+		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StatePaused), "", 0)
+		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
+	}
 	b.limits = m.limitsOf(ctx, id)
 	defer m.opts.Metrics.Since("resume", time.Now())
 	cfg, err := m.placeVM(m.vmConfig(rec, v.Overlay), b)

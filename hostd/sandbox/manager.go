@@ -47,7 +47,9 @@ type Options struct {
 	MaxVCPUs, MaxMemoryMiB         int
 	// BootTimeout bounds a boot to agent-ready.
 	BootTimeout time.Duration
-	Logger      *slog.Logger
+	// Network gives sandboxes a NIC behind the egress proxy; nil: no NICs.
+	Network Network
+	Logger  *slog.Logger
 	// Limits are the defaults and maximums of sandboxes' limits.
 	Limits LimitOptions
 	// KeyMax are per-API-key maximums, by key name.
@@ -91,6 +93,7 @@ type Manager struct {
 	mu       sync.Mutex
 	boxes    map[string]*box
 	pools    map[string]*pool
+	nets     map[string]netAttachment // see network.go
 	closing  atomic.Bool
 	resumeMu sync.Mutex
 	meters   map[string]*meter
@@ -168,7 +171,8 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{}}
+	m := &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{},
+		nets: map[string]netAttachment{}}
 	if err := m.openDirsToOwner(); err != nil {
 		return nil, err
 	}
@@ -206,7 +210,10 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 	if opts.Limits, err = m.resolveLimitsFor(opts.Limits, opts.Caller); err != nil {
 		return opts, err
 	}
-	return opts, checkHostMemory(opts.Limits, opts.MemoryMiB)
+	if err := checkHostMemory(opts.Limits, opts.MemoryMiB); err != nil {
+		return opts, err
+	}
+	return opts, m.resolveNetwork(&opts)
 }
 
 // Create starts a new sandbox (booting the base image, or restoring a
@@ -240,13 +247,17 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		return Info{}, err
 	}
 	var b *box
-	if src != nil {
+	err = m.attachNetwork(ctx, id, opts.Network)
+	switch {
+	case err != nil:
+	case src != nil:
 		b, err = m.restore(ctx, rec, *src, true)
-	} else {
+	default:
 		b, err = m.boot(ctx, rec)
 	}
 	if err != nil {
 		m.log.Error("create failed", "sandbox_id", id, "err", err)
+		m.detachNetwork(id)
 		m.removeDir(rec.Dir, m.log)
 		if b != nil {
 			m.removeCgroup(b)
@@ -326,10 +337,11 @@ func (b *box) nextOverlay() string {
 }
 
 func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
+	nic, netArgs := m.netOf(rec.ID) // see network.go
 	return vmm.Config{
 		ID: rec.ID, Dir: rec.Dir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
-		Cmdline: "agentbox.hostname=" + rec.ID, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
-		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"),
+		Cmdline: "agentbox.hostname=" + rec.ID + netArgs, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
+		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"), Net: nic,
 	}
 }
 
@@ -417,6 +429,7 @@ func (m *Manager) teardown(b *box, why error) {
 	}
 	m.settle(b)
 	m.removeCgroup(b)
+	m.detachNetwork(b.id)
 	m.removeDir(b.dir, log)
 }
 
@@ -447,6 +460,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		b.op.Unlock()
 	} else {
 		m.removeDir(rec.Dir, m.log.With("sandbox_id", id))
+		m.detachNetwork(id)
 	}
 	ctx = context.WithoutCancel(ctx)
 	m.disarmTTL(id)
@@ -454,6 +468,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandboxLimits(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
 		return err
 	}
+	m.forgetNetwork(context.WithoutCancel(ctx), id)
 	m.collect(ctx)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil

@@ -58,6 +58,14 @@ func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sa
 			m.discard(e)
 			return nil, store.Sandbox{}, false
 		}
+		if err := m.claimPolicy(ctx, e.b.id, opts.Network); err != nil {
+			m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
+			p.mu.Lock()
+			p.ready = append([]poolEntry{e}, p.ready...)
+			p.mu.Unlock()
+			_ = m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
+			return nil, store.Sandbox{}, false
+		}
 		if err := m.wake(ctx, e.b, true); err != nil {
 			m.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
 			m.discard(e)
@@ -110,7 +118,11 @@ func (m *Manager) refill(ctx context.Context, name string) {
 		id := newSandboxID()
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
 			Dir: filepath.Join(m.opts.DataDir, "sandboxes", id)}
-		b, err := m.restore(ctx, rec, sn, false)
+		var b *box
+		err = m.attachNetwork(ctx, id, m.defaultPolicy())
+		if err == nil {
+			b, err = m.restore(ctx, rec, sn, false)
+		}
 		if err == nil {
 			err = m.prewarm(ctx, b)
 		}
@@ -119,6 +131,7 @@ func (m *Manager) refill(ctx context.Context, name string) {
 			if b != nil && b.vm != nil {
 				m.teardown(b, err)
 			}
+			m.detachNetwork(id)
 			m.removeDir(rec.Dir, m.log)
 			return
 		}

@@ -47,7 +47,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.removeDir(filepath.Join(m.opts.DataDir, "sandboxes", e.Name()), m.log)
 		}
 	}
-	return nil
+	return m.sweepNetwork()
 }
 
 // sweepSnapshots removes snapshot directories that no record names (a

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io/fs"
 	"time"
+
+	"github.com/agentbox/agentbox/hostd/egress"
 )
 
 // Sentinel errors. The API maps them to HTTP statuses at its boundary; file
@@ -57,6 +59,13 @@ type CreateOptions struct {
 	Env       map[string]string
 	TimeoutS  int
 	Metadata  map[string]string
+	// Network is the egress policy; nil takes the default (a NIC behind
+	// the proxy with nothing allowed, or none if hostd has no networking).
+	Network *egress.Policy
+	// SecretEnv maps env var names to secret names: the guest gets a
+	// placeholder token in each, which the proxy swaps for the secret in
+	// requests to hosts whose injection rules use it.
+	SecretEnv map[string]string
 	// Snapshot or Template, if set, start the sandbox from that snapshot
 	// (its vcpus and memory win) instead of booting the base image.
 	Snapshot string

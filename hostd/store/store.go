@@ -110,7 +110,10 @@ var migrations = []string{
 		pool_size   INTEGER NOT NULL DEFAULT 0,
 		created_at  INTEGER NOT NULL
 	);`,
-	// Resource limits and lifecycle options (see limits.go).
+	// 3: egress (hostd/egress): each sandbox's network policy, the network
+	// audit log, and sealed secrets.
+	networkSchema,
+	// 4: resource limits and lifecycle options (see limits.go).
 	`CREATE TABLE sandbox_limits (
 		id     TEXT PRIMARY KEY,
 		limits TEXT NOT NULL DEFAULT '{}'

@@ -477,3 +477,52 @@ func TestContractDialWaitsForGuest(t *testing.T) {
 		t.Errorf("the refusal took %v, want it at once", took)
 	}
 }
+
+// TestContractConfigNet covers vmm.Config.Net: the tap goes in with
+// vm.add-net between vm.create and vm.boot, and a restore passes the new
+// tap as the snapshot's net0.
+func TestContractConfigNet(t *testing.T) {
+	d, records := fakeDriver(t)
+	root := realDir(t, t.TempDir())
+	ctx := context.Background()
+	cfg := testVMConfig(t, root, "sb1")
+	cfg.Net = &vmm.Net{Tap: tapFile(t, "tap-boot"), MAC: "52:54:00:00:00:02"}
+	vm, err := d.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopVM(t, vm)
+	if err := vm.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(root, "snap")
+	if err := os.Mkdir(snap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := testVMConfig(t, root, "sb2")
+	cfg2.Net = &vmm.Net{Tap: tapFile(t, "tap-restore"), MAC: "52:54:00:00:00:02"}
+	vm2, err := d.Restore(ctx, cfg2, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopVM(t, vm2)
+	rs := readRecords(t, records)
+	var order []string
+	for _, r := range rs {
+		if r.Endpoint == "vm.create" || r.Endpoint == "vm.add-net" || r.Endpoint == "vm.boot" {
+			order = append(order, r.Endpoint)
+		}
+	}
+	if !slices.Equal(order, []string{"vm.create", "vm.add-net", "vm.boot"}) {
+		t.Errorf("got %v, want the tap added between create and boot", order)
+	}
+	if add := recordsOf(rs, "vm.add-net"); len(add) != 1 || !slices.Equal(add[0].FDData, []string{"tap-boot"}) {
+		t.Errorf("vm.add-net: got %+v", add)
+	}
+	if restore := recordsOf(rs, "vm.restore"); len(restore) != 1 || !slices.Equal(restore[0].FDData, []string{"tap-restore"}) {
+		t.Errorf("vm.restore: got %+v", restore)
+	}
+}

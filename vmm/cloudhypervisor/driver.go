@@ -154,6 +154,12 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
 	if err := v.api.Create(ctx, d.vmConfig(cfg, v.paths, backing)); err != nil {
 		return nil, v.abort(ctx, err)
 	}
+	if cfg.Net != nil {
+		// The tap goes in as SCM_RIGHTS with vm.add-net, before boot.
+		if err := v.AddNet(ctx, netID, cfg.Net.MAC, cfg.Net.Tap); err != nil {
+			return nil, v.abort(ctx, err)
+		}
+	}
 	if err := v.api.Do(ctx, actBoot); err != nil {
 		return nil, v.abort(ctx, err)
 	}
@@ -162,9 +168,17 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
 
 // Restore launches cloud-hypervisor from a snapshot that Snapshot wrote into
 // dir. The VM starts paused. See RestoreWithNets for VMs with taps.
+// A VM with cfg.Net gets its new tap for the snapshot's network device.
 func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
-	return d.RestoreWithNets(ctx, cfg, dir, nil)
+	var nets []NetFiles
+	if cfg.Net != nil {
+		nets = []NetFiles{{ID: netID, Files: []*os.File{cfg.Net.Tap}}}
+	}
+	return d.RestoreWithNets(ctx, cfg, dir, nets)
 }
+
+// netID names the network device that Config.Net attaches.
+const netID = "net0"
 
 // NetFiles are new descriptors for a network device of a snapshot, which a
 // snapshot cannot carry: usually one tap per device (two per queue pair).

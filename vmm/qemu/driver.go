@@ -148,6 +148,9 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		a = append(a, "-initrd", cfg.Initramfs)
 	}
 	a = append(a, d.runAsArgs()...)
+	if cfg.Net != nil {
+		a = append(a, netArgs(cfg.Net)...)
+	}
 	for i, disk := range cfg.Disks {
 		format := "qcow2"
 		if disk.Raw {
@@ -185,6 +188,10 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o la
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if cfg.Net != nil {
+		// fd 4 (see netArgs); fd 3 is the memfd, or closed without one.
+		cmd.ExtraFiles = []*os.File{o.mem, cfg.Net.Tap}
+	}
 	if err := spawn(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}

@@ -62,7 +62,7 @@ func sandboxFlags() []cli.Flag {
 		&cli.StringMapFlag{Name: "env", Usage: "environment of the sandbox's commands, `KEY=VALUE` (repeatable)"},
 		&cli.StringMapFlag{Name: "metadata", Usage: "a label stored with the sandbox, `KEY=VALUE` (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", Usage: "delete the sandbox after this long (e.g. 30m; default: never)"},
-	}, limitFlags()...)
+	}, append(limitFlags(), networkFlags()...)...)
 }
 
 func createRequest(cmd *cli.Command) (client.CreateSandboxRequest, error) {
@@ -78,7 +78,7 @@ func createRequest(cmd *cli.Command) (client.CreateSandboxRequest, error) {
 		return req, fmt.Errorf("--timeout %v is negative", t)
 	}
 	setLimits(cmd, &req)
-	return req, nil
+	return req, applyNetworkFlags(cmd, &req)
 }
 
 // sortedKeys is for stable output of maps.

@@ -47,6 +47,10 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "vmm-user", Usage: "unprivileged user QEMU drops to after opening its files (e.g. nobody)", Sources: cli.EnvVars("AGENTBOX_VMM_USER")},
 			&cli.StringFlag{Name: "limits", Usage: "JSON file of default and maximum sandbox limits, and per-API-key maximums", Sources: cli.EnvVars("AGENTBOX_LIMITS")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
+			&cli.StringFlag{Name: "network", Value: "proxy", Usage: "sandbox networking: proxy (a NIC behind the egress proxy) or off (no NICs)",
+				Sources: cli.EnvVars("AGENTBOX_NETWORK"), Validator: oneOf("proxy", "off")},
+			&cli.StringMapFlag{Name: "egress-host", Usage: "resolve an upstream `NAME=ADDRESS` for the egress proxy before the host's resolver (repeatable)"},
+			&cli.StringFlag{Name: "egress-upstream-ca", Usage: "PEM `FILE` of extra roots the egress proxy trusts for upstream TLS"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			var level slog.Level
@@ -55,19 +59,22 @@ func Command() *cli.Command {
 			}
 			log := slog.New(slog.NewTextHandler(cmd.Root().ErrWriter, &slog.HandlerOptions{Level: level}))
 			cfg := hostd.Config{
-				Listen:    cmd.String("listen"),
-				DataDir:   cmd.String("data-dir"),
-				APIKey:    cmd.String("api-key"),
-				Kernel:    cmd.String("kernel"),
-				Initramfs: cmd.String("initramfs"),
-				BaseImage: cmd.String("base-image"),
-				VMM:       cmd.String("vmm"),
-				Accel:     cmd.String("accel"),
-				Domain:    cmd.String("domain"),
-				TLSCert:   cmd.String("tls-cert"),
-				TLSKey:    cmd.String("tls-key"),
-				Logger:    log,
-				VMMUser:   cmd.String("vmm-user"),
+				Listen:           cmd.String("listen"),
+				DataDir:          cmd.String("data-dir"),
+				APIKey:           cmd.String("api-key"),
+				Kernel:           cmd.String("kernel"),
+				Initramfs:        cmd.String("initramfs"),
+				BaseImage:        cmd.String("base-image"),
+				VMM:              cmd.String("vmm"),
+				Accel:            cmd.String("accel"),
+				Domain:           cmd.String("domain"),
+				TLSCert:          cmd.String("tls-cert"),
+				TLSKey:           cmd.String("tls-key"),
+				Network:          cmd.String("network"),
+				EgressHosts:      cmd.StringMap("egress-host"),
+				EgressUpstreamCA: cmd.String("egress-upstream-ca"),
+				Logger:           log,
+				VMMUser:          cmd.String("vmm-user"),
 			}
 			if p := cmd.String("limits"); p != "" {
 				if err := hostd.LoadLimits(p, &cfg); err != nil {

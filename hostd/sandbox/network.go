@@ -1,0 +1,273 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// Network is the sandbox network service (hostd/sandboxnet implements it):
+// a namespace, tap and egress proxy per sandbox.
+type Network interface {
+	// Attach stores id's policy and makes its network; it returns the NIC
+	// and the guest cmdline arguments (nil, "" for mode none).
+	Attach(ctx context.Context, id string, pol egress.Policy) (*vmm.Net, string, error)
+	// Detach removes id's network (idempotent).
+	Detach(id string) error
+	// Forget removes id's stored policy.
+	Forget(ctx context.Context, id string) error
+	// Sweep removes namespaces that belong to no live sandbox.
+	Sweep() error
+	Policy(ctx context.Context, id string) (egress.Policy, error)
+	SetPolicy(ctx context.Context, id string, pol egress.Policy) error
+	Events(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error)
+}
+
+// netAttachment is what boot gives the VM for its network.
+type netAttachment struct {
+	net     *vmm.Net
+	cmdline string
+}
+
+// resolveNetwork fills in the default policy (a NIC whose only peer is the
+// proxy, with nothing allowed) and turns SecretEnv into placeholder tokens
+// in the env.
+func (m *Manager) resolveNetwork(opts *CreateOptions) error {
+	var pol egress.Policy
+	switch {
+	case opts.Network != nil:
+		pol = *opts.Network
+	case m.opts.Network != nil:
+		pol = egress.Policy{Mode: egress.ModeProxy}
+	default:
+		pol = egress.Policy{Mode: egress.ModeNone}
+	}
+	if pol.Mode == "" {
+		pol.Mode = egress.ModeProxy
+	}
+	if pol.Mode == egress.ModeProxy && m.opts.Network == nil {
+		return fmt.Errorf("%w: this hostd has no sandbox networking (network mode must be none)", ErrInvalid)
+	}
+	if err := pol.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if pol.Mode == egress.ModeProxy {
+		opts.Env = withTrustEnv(opts.Env)
+	}
+	if len(opts.SecretEnv) > 0 {
+		if pol.Mode != egress.ModeProxy {
+			return fmt.Errorf("%w: secret_env needs network mode proxy", ErrInvalid)
+		}
+		env := maps.Clone(opts.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		pol.Placeholders = map[string]string{}
+		for name, secret := range opts.SecretEnv {
+			token := placeholder(secret)
+			env[name] = token
+			pol.Placeholders[token] = secret
+		}
+		opts.Env = env
+	}
+	opts.Network = &pol
+	return nil
+}
+
+// trustEnv points the TLS stacks that ignore the system store (Python's
+// requests and pip use certifi, Node its own list) at the system bundle,
+// where guestinit installs the egress proxy's CA.
+var trustEnv = map[string]string{
+	"SSL_CERT_FILE":       "/etc/ssl/certs/ca-certificates.crt",
+	"REQUESTS_CA_BUNDLE":  "/etc/ssl/certs/ca-certificates.crt",
+	"PIP_CERT":            "/etc/ssl/certs/ca-certificates.crt",
+	"NODE_EXTRA_CA_CERTS": "/etc/ssl/certs/ca-certificates.crt",
+}
+
+// withTrustEnv adds trustEnv to env, keeping the caller's values.
+func withTrustEnv(env map[string]string) map[string]string {
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range trustEnv {
+		if _, set := out[k]; !set {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// placeholder is a random token that stands for a secret in the guest.
+func placeholder(secret string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "agentbox-placeholder-" + secret + "-" + hex.EncodeToString(b)
+}
+
+// attachNetwork makes the sandbox's network before boot.
+func (m *Manager) attachNetwork(ctx context.Context, id string, pol *egress.Policy) error {
+	if m.opts.Network == nil || pol == nil {
+		return nil
+	}
+	n, args, err := m.opts.Network.Attach(ctx, id, *pol)
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	m.mu.Lock()
+	m.nets[id] = netAttachment{net: n, cmdline: args}
+	m.mu.Unlock()
+	return nil
+}
+
+// ensureNetwork re-attaches a paused sandbox's network from its stored
+// policy if it is not attached (hostd restarted since the pause).
+func (m *Manager) ensureNetwork(ctx context.Context, id string) error {
+	if m.opts.Network == nil {
+		return nil
+	}
+	m.mu.Lock()
+	_, ok := m.nets[id]
+	m.mu.Unlock()
+	if ok {
+		return nil
+	}
+	pol, err := m.opts.Network.Policy(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // made before networking: no NIC
+	}
+	if err != nil {
+		return err
+	}
+	return m.attachNetwork(ctx, id, &pol)
+}
+
+// inheritedPolicy is a fork's policy: its parent's, placeholders included
+// (the parent's env, which the forks get, holds the tokens).
+func (m *Manager) inheritedPolicy(ctx context.Context, parent string) *egress.Policy {
+	if m.opts.Network == nil {
+		return nil
+	}
+	pol, err := m.opts.Network.Policy(ctx, parent)
+	if err != nil {
+		return nil
+	}
+	return &pol
+}
+
+// defaultPolicy is what a warm pool's sandboxes start with; a claim swaps
+// in the caller's (claimPolicy).
+func (m *Manager) defaultPolicy() *egress.Policy {
+	if m.opts.Network == nil {
+		return nil
+	}
+	return &egress.Policy{Mode: egress.ModeProxy}
+}
+
+// claimPolicy gives a claimed warm sandbox the caller's policy. It fails if
+// the modes differ (the warm VM's NIC cannot come or go).
+func (m *Manager) claimPolicy(ctx context.Context, id string, pol *egress.Policy) error {
+	if m.opts.Network == nil || pol == nil {
+		return nil
+	}
+	if pol.Mode == egress.ModeNone {
+		return fmt.Errorf("%w: a warm sandbox has a NIC", ErrInvalid)
+	}
+	p := *pol
+	if p.Placeholders == nil {
+		p.Placeholders = map[string]string{}
+	}
+	return m.opts.Network.SetPolicy(ctx, id, p)
+}
+
+// netOf returns the NIC and the extra cmdline of sandbox id.
+func (m *Manager) netOf(id string) (*vmm.Net, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.nets[id]
+	if a.cmdline != "" {
+		return a.net, " " + a.cmdline
+	}
+	return a.net, ""
+}
+
+// detachNetwork removes the sandbox's network (namespace, tap, proxy).
+func (m *Manager) detachNetwork(id string) {
+	if m.opts.Network == nil {
+		return
+	}
+	m.mu.Lock()
+	delete(m.nets, id)
+	m.mu.Unlock()
+	if err := m.opts.Network.Detach(id); err != nil {
+		m.log.Error("remove sandbox network", "sandbox_id", id, "err", err)
+	}
+}
+
+func (m *Manager) forgetNetwork(ctx context.Context, id string) {
+	if m.opts.Network == nil {
+		return
+	}
+	if err := m.opts.Network.Forget(ctx, id); err != nil {
+		m.log.Error("forget sandbox network policy", "sandbox_id", id, "err", err)
+	}
+}
+
+func (m *Manager) sweepNetwork() error {
+	if m.opts.Network == nil {
+		return nil
+	}
+	return m.opts.Network.Sweep()
+}
+
+// NetworkPolicy returns a sandbox's egress policy.
+func (m *Manager) NetworkPolicy(ctx context.Context, id string) (egress.Policy, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return egress.Policy{}, err
+	}
+	if m.opts.Network == nil {
+		return egress.Policy{Mode: egress.ModeNone}, nil
+	}
+	p, err := m.opts.Network.Policy(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return egress.Policy{Mode: egress.ModeNone}, nil
+	}
+	return p, err
+}
+
+// SetNetworkPolicy changes a running sandbox's egress policy; it applies to
+// new connections, requests and DNS queries at once.
+func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, pol egress.Policy) (egress.Policy, error) {
+	if _, err := m.live(ctx, id); err != nil {
+		return egress.Policy{}, err
+	}
+	if m.opts.Network == nil {
+		return egress.Policy{}, fmt.Errorf("%w: this hostd has no sandbox networking", ErrInvalid)
+	}
+	if err := m.opts.Network.SetPolicy(ctx, id, pol); err != nil {
+		if errors.Is(err, egress.ErrInvalidPolicy) {
+			return egress.Policy{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return egress.Policy{}, err
+	}
+	return m.opts.Network.Policy(ctx, id)
+}
+
+// NetworkEvents returns a sandbox's network audit events after the event id
+// after, oldest first.
+func (m *Manager) NetworkEvents(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	if m.opts.Network == nil {
+		return nil, nil
+	}
+	return m.opts.Network.Events(ctx, id, after, limit)
+}
