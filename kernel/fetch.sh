@@ -29,6 +29,7 @@ WANT_MODULES=(
 	virtio_blk
 	failover net_failover virtio_net
 	virtio_console
+	virtio_pci # Cloud Hypervisor attaches every device over virtio-pci
 )
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
