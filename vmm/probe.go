@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"time"
 )
 
@@ -16,6 +17,21 @@ const ProbeMarker = "AGENTBOX-PROBE-OK"
 
 // ErrNoProbeMarker is returned by WaitProbe when the marker never came.
 var ErrNoProbeMarker = errors.New("vmm: no probe marker")
+
+// ProbeProcess waits for ProbeMarker from a started probe VMM process, then
+// kills the process and reaps it.
+func ProbeProcess(ctx context.Context, cmd *exec.Cmd, console string, timeout time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}()
+	return WaitProbe(ctx, console, done, timeout)
+}
 
 // WaitProbe waits up to timeout for ProbeMarker in the console file of a
 // probe VM whose process closes exited when it ends. It returns nil once the

@@ -104,16 +104,7 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%w: start %s: %v", ErrKVMUnusable, bin, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-done
-	}()
-	if err := vmm.WaitProbe(ctx, console, done, ProbeTimeout); err != nil {
+	if err := vmm.ProbeProcess(ctx, cmd, console, ProbeTimeout); err != nil {
 		return fmt.Errorf("%w: %v: %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return nil

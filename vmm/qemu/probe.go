@@ -54,16 +54,7 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	if err := spawn(cmd); err != nil {
 		return fmt.Errorf("%w: start: %v", ErrKVMUnusable, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-done
-	}()
-	if err := vmm.WaitProbe(ctx, console, done, ProbeTimeout); err != nil {
+	if err := vmm.ProbeProcess(ctx, cmd, console, ProbeTimeout); err != nil {
 		return fmt.Errorf("%w: %v: %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return nil
