@@ -48,6 +48,16 @@ func newClient(cmd *cli.Command) (*client.Client, error) {
 }
 
 // printJSON writes v as indented JSON.
+// printResult prints v as JSON with --json, and line (usually an id)
+// otherwise: the output of every command that makes or changes one thing.
+func printResult(cmd *cli.Command, v any, line ...any) error {
+	if cmd.Bool("json") {
+		return printJSON(stdout(cmd), v)
+	}
+	_, err := fmt.Fprintln(stdout(cmd), line...)
+	return err
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -96,11 +96,7 @@ func extendCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cmd.Bool("json") {
-				return printJSON(stdout(cmd), sb)
-			}
-			_, err = fmt.Fprintln(stdout(cmd), sb.ID, sb.Deadline)
-			return err
+			return printResult(cmd, sb, sb.ID, sb.Deadline)
 		},
 	}
 }

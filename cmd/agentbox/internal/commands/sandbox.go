@@ -34,11 +34,7 @@ func createCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cmd.Bool("json") {
-				return printJSON(stdout(cmd), sb)
-			}
-			_, err = fmt.Fprintln(stdout(cmd), sb.ID)
-			return err
+			return printResult(cmd, sb, sb.ID)
 		},
 	}
 }

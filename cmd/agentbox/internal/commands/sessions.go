@@ -34,11 +34,7 @@ func runBackground(ctx context.Context, cmd *cli.Command, c *client.Client, id s
 	if err != nil {
 		return err
 	}
-	if cmd.Bool("json") {
-		return printJSON(stdout(cmd), client.ExecStarted{ExecID: execID})
-	}
-	_, err = fmt.Fprintln(stdout(cmd), execID)
-	return err
+	return printResult(cmd, client.ExecStarted{ExecID: execID}, execID)
 }
 
 func attachCommand() *cli.Command {
@@ -195,11 +191,7 @@ func printURL(ctx context.Context, cmd *cli.Command, c *client.Client, id string
 		if err != nil {
 			return err
 		}
-		if cmd.Bool("json") {
-			return printJSON(stdout(cmd), l)
-		}
-		_, err = fmt.Fprintln(stdout(cmd), pick(l.URL, l.PathURL))
-		return err
+		return printResult(cmd, l, pick(l.URL, l.PathURL))
 	}
 	if cmd.Bool("json") {
 		return printJSON(stdout(cmd), pa)

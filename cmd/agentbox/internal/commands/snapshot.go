@@ -55,11 +55,7 @@ func snapshotCreateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cmd.Bool("json") {
-				return printJSON(stdout(cmd), sn)
-			}
-			_, err = fmt.Fprintln(stdout(cmd), sn.ID)
-			return err
+			return printResult(cmd, sn, sn.ID)
 		},
 	}
 }
@@ -280,11 +276,7 @@ func stateCommand(name, usage string, fn func(*client.Client, context.Context, s
 			if err != nil {
 				return err
 			}
-			if cmd.Bool("json") {
-				return printJSON(stdout(cmd), sb)
-			}
-			_, err = fmt.Fprintln(stdout(cmd), sb.ID)
-			return err
+			return printResult(cmd, sb, sb.ID)
 		},
 	}
 }

@@ -59,11 +59,7 @@ func templateBuildCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cmd.Bool("json") {
-				return printJSON(stdout(cmd), t)
-			}
-			_, err = fmt.Fprintln(stdout(cmd), t.Name)
-			return err
+			return printResult(cmd, t, t.Name)
 		},
 	}
 }
