@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -222,12 +223,20 @@ func allocated(fi os.FileInfo) int64 {
 	return fi.Size()
 }
 
+// copyFile copies an overlay into a snapshot as its read-only layer,
+// streaming (an overlay can be large) and syncing before it counts.
 func copyFile(from, to string) error {
-	b, err := os.ReadFile(from)
+	src, err := os.Open(from)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(to, b, 0o444)
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	return errors.Join(err, dst.Sync(), dst.Close())
 }
 
 // source resolves opts.Snapshot or opts.Template to the snapshot to start
