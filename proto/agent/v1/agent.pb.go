@@ -1757,6 +1757,427 @@ func (x *SetIdentityRequest) GetMachineId() string {
 	return ""
 }
 
+type NextEventsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	After         uint64                 `protobuf:"varint,1,opt,name=after,proto3" json:"after,omitempty"`
+	WaitMs        uint32                 `protobuf:"varint,2,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	Max           uint32                 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextEventsRequest) Reset() {
+	*x = NextEventsRequest{}
+	mi := &file_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextEventsRequest) ProtoMessage() {}
+
+func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextEventsRequest.ProtoReflect.Descriptor instead.
+func (*NextEventsRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *NextEventsRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *NextEventsRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *NextEventsRequest) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type NextEventsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*GuestEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// head is the sequence number of the newest event (0: none yet).
+	Head uint64 `protobuf:"varint,2,opt,name=head,proto3" json:"head,omitempty"`
+	// lost counts events above after that the ring no longer holds.
+	Lost uint64 `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	// watch_error says why file events are not captured (empty when they are).
+	WatchError    string `protobuf:"bytes,4,opt,name=watch_error,json=watchError,proto3" json:"watch_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextEventsResponse) Reset() {
+	*x = NextEventsResponse{}
+	mi := &file_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextEventsResponse) ProtoMessage() {}
+
+func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextEventsResponse.ProtoReflect.Descriptor instead.
+func (*NextEventsResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *NextEventsResponse) GetEvents() []*GuestEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *NextEventsResponse) GetHead() uint64 {
+	if x != nil {
+		return x.Head
+	}
+	return 0
+}
+
+func (x *NextEventsResponse) GetLost() uint64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+func (x *NextEventsResponse) GetWatchError() string {
+	if x != nil {
+		return x.WatchError
+	}
+	return ""
+}
+
+type GuestEvent struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Seq          uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// exec_id is the session whose process caused it, when known.
+	ExecId string `protobuf:"bytes,3,opt,name=exec_id,json=execId,proto3" json:"exec_id,omitempty"`
+	Pid    int32  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*GuestEvent_File
+	//	*GuestEvent_Package
+	Kind          isGuestEvent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestEvent) Reset() {
+	*x = GuestEvent{}
+	mi := &file_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestEvent) ProtoMessage() {}
+
+func (x *GuestEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestEvent.ProtoReflect.Descriptor instead.
+func (*GuestEvent) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GuestEvent) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GuestEvent) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *GuestEvent) GetExecId() string {
+	if x != nil {
+		return x.ExecId
+	}
+	return ""
+}
+
+func (x *GuestEvent) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *GuestEvent) GetKind() isGuestEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *GuestEvent) GetFile() *FileEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*GuestEvent_File); ok {
+			return x.File
+		}
+	}
+	return nil
+}
+
+func (x *GuestEvent) GetPackage() *PackageEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*GuestEvent_Package); ok {
+			return x.Package
+		}
+	}
+	return nil
+}
+
+type isGuestEvent_Kind interface {
+	isGuestEvent_Kind()
+}
+
+type GuestEvent_File struct {
+	File *FileEvent `protobuf:"bytes,10,opt,name=file,proto3,oneof"`
+}
+
+type GuestEvent_Package struct {
+	Package *PackageEvent `protobuf:"bytes,11,opt,name=package,proto3,oneof"`
+}
+
+func (*GuestEvent_File) isGuestEvent_Kind() {}
+
+func (*GuestEvent_Package) isGuestEvent_Kind() {}
+
+type FileEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// op is created, modified, deleted or renamed.
+	Op   string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// old_path is set on renamed.
+	OldPath string `protobuf:"bytes,3,opt,name=old_path,json=oldPath,proto3" json:"old_path,omitempty"`
+	Dir     bool   `protobuf:"varint,4,opt,name=dir,proto3" json:"dir,omitempty"`
+	Size    int64  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 (hex) of the content, for regular files up to 1 MiB.
+	Sha256        string `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileEvent) Reset() {
+	*x = FileEvent{}
+	mi := &file_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileEvent) ProtoMessage() {}
+
+func (x *FileEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileEvent.ProtoReflect.Descriptor instead.
+func (*FileEvent) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *FileEvent) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *FileEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileEvent) GetOldPath() string {
+	if x != nil {
+		return x.OldPath
+	}
+	return ""
+}
+
+func (x *FileEvent) GetDir() bool {
+	if x != nil {
+		return x.Dir
+	}
+	return false
+}
+
+func (x *FileEvent) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileEvent) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type PackageEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// manager is dpkg, pip or npm.
+	Manager string `protobuf:"bytes,1,opt,name=manager,proto3" json:"manager,omitempty"`
+	// action is installed, removed or upgraded.
+	Action  string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Name    string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Version string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// old_version is set on upgraded.
+	OldVersion string `protobuf:"bytes,5,opt,name=old_version,json=oldVersion,proto3" json:"old_version,omitempty"`
+	// path is the metadata file it was detected from.
+	Path          string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackageEvent) Reset() {
+	*x = PackageEvent{}
+	mi := &file_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackageEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackageEvent) ProtoMessage() {}
+
+func (x *PackageEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackageEvent.ProtoReflect.Descriptor instead.
+func (*PackageEvent) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PackageEvent) GetManager() string {
+	if x != nil {
+		return x.Manager
+	}
+	return ""
+}
+
+func (x *PackageEvent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PackageEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PackageEvent) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PackageEvent) GetOldVersion() string {
+	if x != nil {
+		return x.OldVersion
+	}
+	return ""
+}
+
+func (x *PackageEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -1873,7 +2294,42 @@ const file_agent_proto_rawDesc = "" +
 	"\x12SetIdentityRequest\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x1d\n" +
 	"\n" +
-	"machine_id\x18\x02 \x01(\tR\tmachineId*Y\n" +
+	"machine_id\x18\x02 \x01(\tR\tmachineId\"T\n" +
+	"\x11NextEventsRequest\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\x04R\x05after\x12\x17\n" +
+	"\await_ms\x18\x02 \x01(\rR\x06waitMs\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"\x94\x01\n" +
+	"\x12NextEventsResponse\x125\n" +
+	"\x06events\x18\x01 \x03(\v2\x1d.agentbox.agent.v1.GuestEventR\x06events\x12\x12\n" +
+	"\x04head\x18\x02 \x01(\x04R\x04head\x12\x12\n" +
+	"\x04lost\x18\x03 \x01(\x04R\x04lost\x12\x1f\n" +
+	"\vwatch_error\x18\x04 \x01(\tR\n" +
+	"watchError\"\xe8\x01\n" +
+	"\n" +
+	"GuestEvent\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x17\n" +
+	"\aexec_id\x18\x03 \x01(\tR\x06execId\x12\x10\n" +
+	"\x03pid\x18\x04 \x01(\x05R\x03pid\x122\n" +
+	"\x04file\x18\n" +
+	" \x01(\v2\x1c.agentbox.agent.v1.FileEventH\x00R\x04file\x12;\n" +
+	"\apackage\x18\v \x01(\v2\x1f.agentbox.agent.v1.PackageEventH\x00R\apackageB\x06\n" +
+	"\x04kind\"\x88\x01\n" +
+	"\tFileEvent\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x19\n" +
+	"\bold_path\x18\x03 \x01(\tR\aoldPath\x12\x10\n" +
+	"\x03dir\x18\x04 \x01(\bR\x03dir\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\"\xa3\x01\n" +
+	"\fPackageEvent\x12\x18\n" +
+	"\amanager\x18\x01 \x01(\tR\amanager\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12\x1f\n" +
+	"\vold_version\x18\x05 \x01(\tR\n" +
+	"oldVersion\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path*Y\n" +
 	"\n" +
 	"OutputKind\x12\x1b\n" +
 	"\x17OUTPUT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1906,7 +2362,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Reseed\x12 .agentbox.agent.v1.ReseedRequest\x1a\x18.agentbox.agent.v1.Empty\x12N\n" +
 	"\vSetIdentity\x12%.agentbox.agent.v1.SetIdentityRequest\x1a\x18.agentbox.agent.v1.Empty\x12<\n" +
 	"\x06Freeze\x12\x18.agentbox.agent.v1.Empty\x1a\x18.agentbox.agent.v1.Empty\x12:\n" +
-	"\x04Thaw\x12\x18.agentbox.agent.v1.Empty\x1a\x18.agentbox.agent.v1.EmptyB5Z3github.com/agentbox/agentbox/proto/agent/v1;agentv1b\x06proto3"
+	"\x04Thaw\x12\x18.agentbox.agent.v1.Empty\x1a\x18.agentbox.agent.v1.Empty2]\n" +
+	"\x06Events\x12S\n" +
+	"\x04Next\x12$.agentbox.agent.v1.NextEventsRequest\x1a%.agentbox.agent.v1.NextEventsResponseB5Z3github.com/agentbox/agentbox/proto/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -1921,7 +2379,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -1953,66 +2411,76 @@ var file_agent_proto_goTypes = []any{
 	(*SetTimeRequest)(nil),       // 27: agentbox.agent.v1.SetTimeRequest
 	(*ReseedRequest)(nil),        // 28: agentbox.agent.v1.ReseedRequest
 	(*SetIdentityRequest)(nil),   // 29: agentbox.agent.v1.SetIdentityRequest
-	nil,                          // 30: agentbox.agent.v1.StartRequest.EnvEntry
+	(*NextEventsRequest)(nil),    // 30: agentbox.agent.v1.NextEventsRequest
+	(*NextEventsResponse)(nil),   // 31: agentbox.agent.v1.NextEventsResponse
+	(*GuestEvent)(nil),           // 32: agentbox.agent.v1.GuestEvent
+	(*FileEvent)(nil),            // 33: agentbox.agent.v1.FileEvent
+	(*PackageEvent)(nil),         // 34: agentbox.agent.v1.PackageEvent
+	nil,                          // 35: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	30, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	35, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
 	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
 	10, // 3: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
 	21, // 4: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
 	21, // 5: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
-	3,  // 6: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
-	5,  // 7: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
-	8,  // 8: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
-	9,  // 9: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
-	1,  // 10: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
-	11, // 11: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
-	20, // 12: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
-	15, // 13: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
-	17, // 14: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
-	18, // 15: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
-	13, // 16: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
-	13, // 17: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
-	20, // 18: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
-	20, // 19: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
-	23, // 20: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
-	24, // 21: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
-	25, // 22: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	1,  // 23: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	27, // 24: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	28, // 25: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	29, // 26: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 27: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 28: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	4,  // 29: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 30: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 31: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 32: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	12, // 33: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	1,  // 34: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
-	14, // 35: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	16, // 36: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	14, // 37: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 38: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	19, // 39: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 40: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	21, // 41: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	22, // 42: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 43: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 44: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 45: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	26, // 46: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 47: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 48: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 49: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 50: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 51: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	29, // [29:52] is the sub-list for method output_type
-	6,  // [6:29] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	32, // 6: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
+	33, // 7: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
+	34, // 8: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
+	3,  // 9: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
+	5,  // 10: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
+	8,  // 11: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
+	9,  // 12: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
+	1,  // 13: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
+	11, // 14: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
+	20, // 15: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
+	15, // 16: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
+	17, // 17: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
+	18, // 18: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
+	13, // 19: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
+	13, // 20: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
+	20, // 21: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
+	20, // 22: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
+	23, // 23: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
+	24, // 24: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
+	25, // 25: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
+	1,  // 26: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	27, // 27: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	28, // 28: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	29, // 29: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 30: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 31: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	30, // 32: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	4,  // 33: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 34: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 35: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 36: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	12, // 37: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 38: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	14, // 39: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	16, // 40: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	14, // 41: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 42: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	19, // 43: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 44: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	21, // 45: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	22, // 46: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 47: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 48: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 49: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	26, // 50: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 51: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 52: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 53: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 54: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 55: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	31, // 56: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	33, // [33:57] is the sub-list for method output_type
+	9,  // [9:33] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -2020,15 +2488,19 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
+	file_agent_proto_msgTypes[31].OneofWrappers = []any{
+		(*GuestEvent_File)(nil),
+		(*GuestEvent_Package)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   35,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_agent_proto_goTypes,
 		DependencyIndexes: file_agent_proto_depIdxs,

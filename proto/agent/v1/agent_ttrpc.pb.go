@@ -434,3 +434,39 @@ func (c *systemClient) Thaw(ctx context.Context, req *Empty) (*Empty, error) {
 	}
 	return &resp, nil
 }
+
+type EventsService interface {
+	Next(context.Context, *NextEventsRequest) (*NextEventsResponse, error)
+}
+
+func RegisterEventsService(srv *ttrpc.Server, svc EventsService) {
+	srv.RegisterService("agentbox.agent.v1.Events", &ttrpc.ServiceDesc{
+		Methods: map[string]ttrpc.Method{
+			"Next": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req NextEventsRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Next(ctx, &req)
+			},
+		},
+	})
+}
+
+type eventsClient struct {
+	client *ttrpc.Client
+}
+
+func NewEventsClient(client *ttrpc.Client) EventsService {
+	return &eventsClient{
+		client: client,
+	}
+}
+
+func (c *eventsClient) Next(ctx context.Context, req *NextEventsRequest) (*NextEventsResponse, error) {
+	var resp NextEventsResponse
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Events", "Next", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
