@@ -19,6 +19,39 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AuditEventType.
+const (
+	AuditEventTypeAPI       AuditEventType = "api"
+	AuditEventTypeExec      AuditEventType = "exec"
+	AuditEventTypeFile      AuditEventType = "file"
+	AuditEventTypeLifecycle AuditEventType = "lifecycle"
+	AuditEventTypeNetwork   AuditEventType = "network"
+	AuditEventTypePackage   AuditEventType = "package"
+	AuditEventTypeRecorder  AuditEventType = "recorder"
+)
+
+// Valid indicates whether the value is a known member of the AuditEventType enum.
+func (e AuditEventType) Valid() bool {
+	switch e {
+	case AuditEventTypeAPI:
+		return true
+	case AuditEventTypeExec:
+		return true
+	case AuditEventTypeFile:
+		return true
+	case AuditEventTypeLifecycle:
+		return true
+	case AuditEventTypeNetwork:
+		return true
+	case AuditEventTypePackage:
+		return true
+	case AuditEventTypeRecorder:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateSandboxRequestOnTimeout.
 const (
 	CreateSandboxRequestOnTimeoutDelete CreateSandboxRequestOnTimeout = "delete"
@@ -34,6 +67,24 @@ func (e CreateSandboxRequestOnTimeout) Valid() bool {
 	case CreateSandboxRequestOnTimeoutEmpty:
 		return true
 	case CreateSandboxRequestOnTimeoutPause:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExecAuditPhase.
+const (
+	ExecAuditPhaseEnd   ExecAuditPhase = "end"
+	ExecAuditPhaseStart ExecAuditPhase = "start"
+)
+
+// Valid indicates whether the value is a known member of the ExecAuditPhase enum.
+func (e ExecAuditPhase) Valid() bool {
+	switch e {
+	case ExecAuditPhaseEnd:
+		return true
+	case ExecAuditPhaseStart:
 		return true
 	default:
 		return false
@@ -64,6 +115,78 @@ func (e ExecEventType) Valid() bool {
 	case ExecEventTypeStderr:
 		return true
 	case ExecEventTypeStdout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FileAuditOp.
+const (
+	FileAuditOpCreated  FileAuditOp = "created"
+	FileAuditOpDeleted  FileAuditOp = "deleted"
+	FileAuditOpModified FileAuditOp = "modified"
+	FileAuditOpRenamed  FileAuditOp = "renamed"
+	FileAuditOpWritten  FileAuditOp = "written"
+)
+
+// Valid indicates whether the value is a known member of the FileAuditOp enum.
+func (e FileAuditOp) Valid() bool {
+	switch e {
+	case FileAuditOpCreated:
+		return true
+	case FileAuditOpDeleted:
+		return true
+	case FileAuditOpModified:
+		return true
+	case FileAuditOpRenamed:
+		return true
+	case FileAuditOpWritten:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FileAuditSource.
+const (
+	FileAuditSourceAPI   FileAuditSource = "api"
+	FileAuditSourceGuest FileAuditSource = "guest"
+)
+
+// Valid indicates whether the value is a known member of the FileAuditSource enum.
+func (e FileAuditSource) Valid() bool {
+	switch e {
+	case FileAuditSourceAPI:
+		return true
+	case FileAuditSourceGuest:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LifecycleAuditAction.
+const (
+	LifecycleAuditActionFork     LifecycleAuditAction = "fork"
+	LifecycleAuditActionRestore  LifecycleAuditAction = "restore"
+	LifecycleAuditActionSnapshot LifecycleAuditAction = "snapshot"
+	LifecycleAuditActionState    LifecycleAuditAction = "state"
+	LifecycleAuditActionTimeout  LifecycleAuditAction = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the LifecycleAuditAction enum.
+func (e LifecycleAuditAction) Valid() bool {
+	switch e {
+	case LifecycleAuditActionFork:
+		return true
+	case LifecycleAuditActionRestore:
+		return true
+	case LifecycleAuditActionSnapshot:
+		return true
+	case LifecycleAuditActionState:
+		return true
+	case LifecycleAuditActionTimeout:
 		return true
 	default:
 		return false
@@ -109,6 +232,48 @@ func (e NetworkMode) Valid() bool {
 	case NetworkModeNone:
 		return true
 	case NetworkModeProxy:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PackageAuditAction.
+const (
+	PackageAuditActionInstalled PackageAuditAction = "installed"
+	PackageAuditActionRemoved   PackageAuditAction = "removed"
+	PackageAuditActionUpgraded  PackageAuditAction = "upgraded"
+)
+
+// Valid indicates whether the value is a known member of the PackageAuditAction enum.
+func (e PackageAuditAction) Valid() bool {
+	switch e {
+	case PackageAuditActionInstalled:
+		return true
+	case PackageAuditActionRemoved:
+		return true
+	case PackageAuditActionUpgraded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PackageAuditManager.
+const (
+	PackageAuditManagerDpkg PackageAuditManager = "dpkg"
+	PackageAuditManagerNpm  PackageAuditManager = "npm"
+	PackageAuditManagerPip  PackageAuditManager = "pip"
+)
+
+// Valid indicates whether the value is a known member of the PackageAuditManager enum.
+func (e PackageAuditManager) Valid() bool {
+	switch e {
+	case PackageAuditManagerDpkg:
+		return true
+	case PackageAuditManagerNpm:
+		return true
+	case PackageAuditManagerPip:
 		return true
 	default:
 		return false
@@ -169,20 +334,73 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
-// Defines values for ListSandboxEventsParamsType.
+// Defines values for ListSandboxEventsParamsFormat.
 const (
-	ListSandboxEventsParamsTypeNetwork ListSandboxEventsParamsType = "network"
+	ListSandboxEventsParamsFormatJSON  ListSandboxEventsParamsFormat = "json"
+	ListSandboxEventsParamsFormatJsonl ListSandboxEventsParamsFormat = "jsonl"
 )
 
-// Valid indicates whether the value is a known member of the ListSandboxEventsParamsType enum.
-func (e ListSandboxEventsParamsType) Valid() bool {
+// Valid indicates whether the value is a known member of the ListSandboxEventsParamsFormat enum.
+func (e ListSandboxEventsParamsFormat) Valid() bool {
 	switch e {
-	case ListSandboxEventsParamsTypeNetwork:
+	case ListSandboxEventsParamsFormatJSON:
+		return true
+	case ListSandboxEventsParamsFormatJsonl:
 		return true
 	default:
 		return false
 	}
 }
+
+// APIAudit defines model for APIAudit.
+type APIAudit struct {
+	DurationMs int64  `json:"duration_ms"`
+	Method     string `json:"method"`
+	Path       string `json:"path"`
+	Route      string `json:"route"`
+	Status     int    `json:"status"`
+}
+
+// AuditEvent One flight-recorder event. The member named by `type` holds its
+// details (`recorder` events report on the log itself: guest events
+// lost, or why the guest captures no file events).
+type AuditEvent struct {
+	API *APIAudit `json:"api,omitempty"`
+
+	// APIKey The name of the API key whose request caused it.
+	APIKey *string `json:"api_key,omitempty"`
+
+	// Exec An exec's start (argv, cwd, env keys) or end (exit, duration, output).
+	Exec      *ExecAudit      `json:"exec,omitempty"`
+	File      *FileAudit      `json:"file,omitempty"`
+	ID        int64           `json:"id"`
+	Lifecycle *LifecycleAudit `json:"lifecycle,omitempty"`
+
+	// Network A network call, from the egress proxy.
+	Network   *NetworkEvent  `json:"network,omitempty"`
+	Package   *PackageAudit  `json:"package,omitempty"`
+	Recorder  *RecorderAudit `json:"recorder,omitempty"`
+	SandboxID string         `json:"sandbox_id"`
+
+	// SpanID The span of that request (or of the exec) in hostd's trace.
+	SpanID *string   `json:"span_id,omitempty"`
+	Time   time.Time `json:"time"`
+
+	// TraceID The W3C trace id of the request that caused it (32 hex digits).
+	TraceID *string        `json:"trace_id,omitempty"`
+	Type    AuditEventType `json:"type"`
+}
+
+// AuditEventList defines model for AuditEventList.
+type AuditEventList struct {
+	Events []AuditEvent `json:"events"`
+
+	// NextAfter Pass as `after` for the next page (the last id, or `after` when empty).
+	NextAfter int64 `json:"next_after"`
+}
+
+// AuditEventType defines model for AuditEventType.
+type AuditEventType string
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
@@ -274,6 +492,33 @@ type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
+
+// ExecAudit An exec's start (argv, cwd, env keys) or end (exit, duration, output).
+type ExecAudit struct {
+	Argv       *[]string  `json:"argv,omitempty"`
+	Cwd        *string    `json:"cwd,omitempty"`
+	DurationMs *int64     `json:"duration_ms,omitempty"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+
+	// EnvKeys The names of its environment variables (never the values).
+	EnvKeys *[]string `json:"env_keys,omitempty"`
+
+	// Error Why the end is not known (the sandbox ended first).
+	Error  *string `json:"error,omitempty"`
+	ExecID string  `json:"exec_id"`
+
+	// ExitCode -1 when a signal ended it.
+	ExitCode  *int           `json:"exit_code,omitempty"`
+	Phase     ExecAuditPhase `json:"phase"`
+	Signal    *string        `json:"signal,omitempty"`
+	StartedAt time.Time      `json:"started_at"`
+	Stderr    *OutputSummary `json:"stderr,omitempty"`
+	Stdout    *OutputSummary `json:"stdout,omitempty"`
+	Tty       *bool          `json:"tty,omitempty"`
+}
+
+// ExecAuditPhase defines model for ExecAudit.Phase.
+type ExecAuditPhase string
 
 // ExecEvent One line of a streamed exec.
 type ExecEvent struct {
@@ -371,6 +616,30 @@ type ExecStarted struct {
 	ExecID string `json:"exec_id"`
 }
 
+// FileAudit defines model for FileAudit.
+type FileAudit struct {
+	Dir *bool `json:"dir,omitempty"`
+
+	// ExecID The exec whose process did it (guest events).
+	ExecID  *string `json:"exec_id,omitempty"`
+	OldPath *string `json:"old_path,omitempty"`
+
+	// Op written is a whole-file write through the Files API.
+	Op   FileAuditOp `json:"op"`
+	Path string      `json:"path"`
+
+	// Sha256 Of the content (hex), for regular files up to 1 MiB seen in the guest and every Files API write.
+	Sha256 *string         `json:"sha256,omitempty"`
+	Size   int64           `json:"size"`
+	Source FileAuditSource `json:"source"`
+}
+
+// FileAuditOp written is a whole-file write through the Files API.
+type FileAuditOp string
+
+// FileAuditSource defines model for FileAudit.Source.
+type FileAuditSource string
+
 // FileInfo defines model for FileInfo.
 type FileInfo struct {
 	IsDir   bool      `json:"is_dir"`
@@ -421,6 +690,20 @@ type InjectRule struct {
 	Value string `json:"value"`
 }
 
+// LifecycleAudit defines model for LifecycleAudit.
+type LifecycleAudit struct {
+	Action     LifecycleAuditAction `json:"action"`
+	Reason     *string              `json:"reason,omitempty"`
+	SnapshotID *string              `json:"snapshot_id,omitempty"`
+
+	// SourceID The sandbox it was forked or restored from.
+	SourceID *string       `json:"source_id,omitempty"`
+	State    *SandboxState `json:"state,omitempty"`
+}
+
+// LifecycleAuditAction defines model for LifecycleAudit.Action.
+type LifecycleAuditAction string
+
 // Limits The sandbox's resource limits and lifecycle options (0 = none).
 type Limits struct {
 	CPUQuota      float64 `json:"cpu_quota"`
@@ -439,7 +722,7 @@ type MoveRequest struct {
 	To   string `json:"to"`
 }
 
-// NetworkEvent defines model for NetworkEvent.
+// NetworkEvent A network call, from the egress proxy.
 type NetworkEvent struct {
 	Allowed bool `json:"allowed"`
 
@@ -447,9 +730,11 @@ type NetworkEvent struct {
 	BytesIn int64 `json:"bytes_in"`
 
 	// BytesOut Bytes from the guest to the upstream.
-	BytesOut int64  `json:"bytes_out"`
-	Host     string `json:"host"`
-	ID       int64  `json:"id"`
+	BytesOut int64 `json:"bytes_out"`
+
+	// ExecID The exec it is attributed to (the newest one running).
+	ExecID *string `json:"exec_id,omitempty"`
+	Host   string  `json:"host"`
 
 	// Kind dns: a query; http: a plain request; https: a request of an
 	// intercepted TLS connection; tls: a connection spliced by SNI;
@@ -457,27 +742,21 @@ type NetworkEvent struct {
 	Kind NetworkEventKind `json:"kind"`
 
 	// Method The HTTP method (the query type for dns).
-	Method string `json:"method"`
-	Path   string `json:"path"`
-	Port   int    `json:"port"`
+	Method *string `json:"method,omitempty"`
+	Path   *string `json:"path,omitempty"`
+	Port   int     `json:"port"`
 
 	// Rule The rule that allowed it (`domain:…`, `cidr:…`, `inject:…`) or why it was denied.
 	Rule string `json:"rule"`
 
 	// Status The HTTP status the guest got (0 if none).
-	Status int       `json:"status"`
-	Time   time.Time `json:"time"`
+	Status int `json:"status"`
 }
 
 // NetworkEventKind dns: a query; http: a plain request; https: a request of an
 // intercepted TLS connection; tls: a connection spliced by SNI;
 // tcp: a connection allowed by CIDR or refused.
 type NetworkEventKind string
-
-// NetworkEventList defines model for NetworkEventList.
-type NetworkEventList struct {
-	Events []NetworkEvent `json:"events"`
-}
 
 // NetworkMode proxy (default): one NIC whose only peer is hostd's egress proxy.
 // none: no network interface at all.
@@ -522,6 +801,38 @@ type NetworkPolicyPatch struct {
 	Inject       *[]InjectRule `json:"inject,omitempty"`
 }
 
+// OutputSummary defines model for OutputSummary.
+type OutputSummary struct {
+	// Head The first 64 KiB (base64).
+	Head []byte `json:"head"`
+
+	// Sha256 Of the whole stream (hex).
+	Sha256 string `json:"sha256"`
+
+	// Tail The last 64 KiB after head (base64; absent when it all fit in head).
+	Tail       *[]byte `json:"tail,omitempty"`
+	TotalBytes int64   `json:"total_bytes"`
+}
+
+// PackageAudit defines model for PackageAudit.
+type PackageAudit struct {
+	Action     PackageAuditAction  `json:"action"`
+	ExecID     *string             `json:"exec_id,omitempty"`
+	Manager    PackageAuditManager `json:"manager"`
+	Name       string              `json:"name"`
+	OldVersion *string             `json:"old_version,omitempty"`
+
+	// Path The metadata file it was detected from.
+	Path    *string `json:"path,omitempty"`
+	Version string  `json:"version"`
+}
+
+// PackageAuditAction defines model for PackageAudit.Action.
+type PackageAuditAction string
+
+// PackageAuditManager defines model for PackageAudit.Manager.
+type PackageAuditManager string
+
 // PortAccess defines model for PortAccess.
 type PortAccess struct {
 	// PathURL The path-based URL.
@@ -539,6 +850,12 @@ type PortAccess struct {
 // PortSettings defines model for PortSettings.
 type PortSettings struct {
 	Public bool `json:"public"`
+}
+
+// RecorderAudit defines model for RecorderAudit.
+type RecorderAudit struct {
+	Lost       *int64  `json:"lost,omitempty"`
+	WatchError *string `json:"watch_error,omitempty"`
 }
 
 // Sandbox defines model for Sandbox.
@@ -713,15 +1030,26 @@ type SandboxID = string
 
 // ListSandboxEventsParams defines parameters for ListSandboxEvents.
 type ListSandboxEventsParams struct {
-	Type ListSandboxEventsParamsType `form:"type" json:"type"`
+	// Type Only these types (comma separated).
+	Type *[]AuditEventType `form:"type,omitempty" json:"type,omitempty"`
+
+	// Since Only events at or after this time.
+	Since *time.Time `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Only events at or before this time.
+	Until *time.Time `form:"until,omitempty" json:"until,omitempty"`
 
 	// After Only events with an id above this one (for paging).
 	After *int64 `form:"after,omitempty" json:"after,omitempty"`
-	Limit *int   `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Limit At most this many events (default 1000; JSON Lines exports default to all).
+	Limit  *int                           `form:"limit,omitempty" json:"limit,omitempty"`
+	Follow *bool                          `form:"follow,omitempty" json:"follow,omitempty"`
+	Format *ListSandboxEventsParamsFormat `form:"format,omitempty" json:"format,omitempty"`
 }
 
-// ListSandboxEventsParamsType defines parameters for ListSandboxEvents.
-type ListSandboxEventsParamsType string
+// ListSandboxEventsParamsFormat defines parameters for ListSandboxEvents.
+type ListSandboxEventsParamsFormat string
 
 // ExecCommandParams defines parameters for ExecCommand.
 type ExecCommandParams struct {
@@ -947,7 +1275,22 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListSandboxEvents The sandbox's audit events, oldest first.
+	// ListSandboxEvents The sandbox's flight recorder, oldest first.
+	//
+	// One ordered log per sandbox: what ran (exec), which files were
+	// created, changed or removed (file: from the Files API and seen in
+	// the guest), which packages were installed (package), which network
+	// calls went out (network), state changes, snapshots and forks
+	// (lifecycle), and which API key did what (api). Events caused by a
+	// request carry its W3C trace id (send `traceparent` to link them to
+	// your trace). The log outlives the sandbox.
+	//
+	// Page with `after` (the last id you have; the response's
+	// `next_after`). With `follow=true` the response is a stream of JSON
+	// Lines (`application/x-ndjson`): the matching events so far, then each
+	// new one as it is recorded, until the client goes or the sandbox is
+	// deleted. `format=jsonl` (or `Accept: application/x-ndjson`) exports
+	// every matching event as JSON Lines.
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
 	ListSandboxEvents(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1521,7 +1864,22 @@ func (c *Raw) GetSandbox(ctx context.Context, id SandboxID, reqEditors ...Reques
 	return c.Client.Do(req)
 }
 
-// ListSandboxEvents The sandbox's audit events, oldest first.
+// ListSandboxEvents The sandbox's flight recorder, oldest first.
+//
+// One ordered log per sandbox: what ran (exec), which files were
+// created, changed or removed (file: from the Files API and seen in
+// the guest), which packages were installed (package), which network
+// calls went out (network), state changes, snapshots and forks
+// (lifecycle), and which API key did what (api). Events caused by a
+// request carry its W3C trace id (send `traceparent` to link them to
+// your trace). The log outlives the sandbox.
+//
+// Page with `after` (the last id you have; the response's
+// `next_after`). With `follow=true` the response is a stream of JSON
+// Lines (`application/x-ndjson`): the matching events so far, then each
+// new one as it is recorded, until the client goes or the sandbox is
+// deleted. `format=jsonl` (or `Accept: application/x-ndjson`) exports
+// every matching event as JSON Lines.
 //
 // Corresponds with GET /v1/sandboxes/{id}/events (the `ListSandboxEvents` operationId).
 func (c *Raw) ListSandboxEvents(ctx context.Context, id SandboxID, params *ListSandboxEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2661,12 +3019,40 @@ func NewListSandboxEventsRequest(server string, id SandboxID, params *ListSandbo
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
-		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
-			return nil, err
-		} else {
-			for _, qp := range strings.Split(queryFrag, "&") {
-				rawQueryFragments = append(rawQueryFragments, qp)
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
 			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Until != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "until", *params.Until, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
 		}
 
 		if params.After != nil {
@@ -2684,6 +3070,30 @@ func NewListSandboxEventsRequest(server string, id SandboxID, params *ListSandbo
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Follow != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "follow", *params.Follow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Format != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "format", *params.Format, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4314,7 +4724,22 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxResponse, error)
 
-	// ListSandboxEventsWithResponse The sandbox's audit events, oldest first.
+	// ListSandboxEventsWithResponse The sandbox's flight recorder, oldest first.
+	//
+	// One ordered log per sandbox: what ran (exec), which files were
+	// created, changed or removed (file: from the Files API and seen in
+	// the guest), which packages were installed (package), which network
+	// calls went out (network), state changes, snapshots and forks
+	// (lifecycle), and which API key did what (api). Events caused by a
+	// request carry its W3C trace id (send `traceparent` to link them to
+	// your trace). The log outlives the sandbox.
+	//
+	// Page with `after` (the last id you have; the response's
+	// `next_after`). With `follow=true` the response is a stream of JSON
+	// Lines (`application/x-ndjson`): the matching events so far, then each
+	// new one as it is recorded, until the client goes or the sandbox is
+	// deleted. `format=jsonl` (or `Accept: application/x-ndjson`) exports
+	// every matching event as JSON Lines.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5110,13 +5535,13 @@ type ListSandboxEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *NetworkEventList
+	JSON200 *AuditEventList
 	// JSONDefault the response for an HTTP default `application/json` response
 	JSONDefault *Error
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ListSandboxEventsResponse) GetJSON200() *NetworkEventList {
+func (r ListSandboxEventsResponse) GetJSON200() *AuditEventList {
 	return r.JSON200
 }
 
@@ -6782,7 +7207,22 @@ func (c *ClientWithResponses) GetSandboxWithResponse(ctx context.Context, id San
 	return ParseGetSandboxResponse(rsp)
 }
 
-// ListSandboxEventsWithResponse The sandbox's audit events, oldest first.
+// ListSandboxEventsWithResponse The sandbox's flight recorder, oldest first.
+//
+// One ordered log per sandbox: what ran (exec), which files were
+// created, changed or removed (file: from the Files API and seen in
+// the guest), which packages were installed (package), which network
+// calls went out (network), state changes, snapshots and forks
+// (lifecycle), and which API key did what (api). Events caused by a
+// request carry its W3C trace id (send `traceparent` to link them to
+// your trace). The log outlives the sandbox.
+//
+// Page with `after` (the last id you have; the response's
+// `next_after`). With `follow=true` the response is a stream of JSON
+// Lines (`application/x-ndjson`): the matching events so far, then each
+// new one as it is recorded, until the client goes or the sandbox is
+// deleted. `format=jsonl` (or `Accept: application/x-ndjson`) exports
+// every matching event as JSON Lines.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7756,7 +8196,7 @@ func ParseListSandboxEventsResponse(rsp *http.Response) (*ListSandboxEventsRespo
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest NetworkEventList
+		var dest AuditEventList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7768,6 +8208,9 @@ func ParseListSandboxEventsResponse(rsp *http.Response) (*ListSandboxEventsRespo
 			return nil, err
 		}
 		response.JSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/x-ndjson) unsupported
 
 	}
 

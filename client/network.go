@@ -20,21 +20,6 @@ func (c *Client) PatchNetwork(ctx context.Context, id string, patch NetworkPolic
 	return p, err
 }
 
-// NetworkEvents returns a sandbox's network audit events with ids above
-// after (0: from the start), at most limit (0: the server's default).
-func (c *Client) NetworkEvents(ctx context.Context, id string, after int64, limit int) ([]NetworkEvent, error) {
-	params := &ListSandboxEventsParams{Type: ListSandboxEventsParamsTypeNetwork}
-	if after > 0 {
-		params.After = &after
-	}
-	if limit > 0 {
-		params.Limit = &limit
-	}
-	var list NetworkEventList
-	err := decode(c.raw.ListSandboxEvents(ctx, id, params))(http.StatusOK, &list)
-	return list.Events, err
-}
-
 // CreateSecret stores (or replaces) a secret. Its value is never returned.
 func (c *Client) CreateSecret(ctx context.Context, name, value string) (SecretInfo, error) {
 	var s SecretInfo

@@ -73,6 +73,10 @@ type Config struct {
 	// TLSCert and TLSKey, if both set, make hostd serve HTTPS (HTTP/1.1 and
 	// HTTP/2 by ALPN) instead of cleartext HTTP/1.1 and h2c.
 	TLSCert, TLSKey string
+	// OTLPEndpoint, if set, is where hostd sends its trace spans (API
+	// requests and flight-recorder events) over OTLP/HTTP: "host:port"
+	// (plain HTTP) or an http(s):// URL. Off by default.
+	OTLPEndpoint string
 }
 
 // CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.

@@ -409,15 +409,20 @@ func checkEvents(t *testing.T, c *client.Client, id string) {
 		t.Fatal(err)
 	}
 	var allowedGet, deniedHTTP, spliced, injected, deniedDNS, byCIDR bool
-	for _, e := range evs {
+	for _, ev := range evs {
+		e := ev.Network
+		if e == nil {
+			t.Fatalf("a network event without its details: %+v", ev)
+		}
+		method, path := deref(e.Method), deref(e.Path)
 		switch {
-		case e.Kind == "http" && e.Host == "allowed.test" && e.Method == "GET" && e.Path == "/plain" && e.Allowed && e.Rule == "domain:allowed.test" && e.BytesIn > 0:
+		case e.Kind == "http" && e.Host == "allowed.test" && method == "GET" && path == "/plain" && e.Allowed && e.Rule == "domain:allowed.test" && e.BytesIn > 0:
 			allowedGet = true
 		case e.Kind == "http" && e.Host == "denied.test" && !e.Allowed && e.Status == 403:
 			deniedHTTP = true
 		case e.Kind == "tls" && e.Host == "allowed.test" && e.Allowed && e.BytesIn > 0 && e.BytesOut > 0:
 			spliced = true
-		case e.Kind == "https" && e.Host == "inject.test" && e.Path == "/api" && e.Allowed && e.Rule == "inject:inject.test":
+		case e.Kind == "https" && e.Host == "inject.test" && path == "/api" && e.Allowed && e.Rule == "inject:inject.test":
 			injected = true
 		case e.Kind == "dns" && e.Host == "denied.test" && !e.Allowed:
 			deniedDNS = true
@@ -429,7 +434,7 @@ func checkEvents(t *testing.T, c *client.Client, id string) {
 		t.Errorf("events: allowed GET %v, denied http %v, spliced tls %v, injected https %v, denied dns %v, cidr tcp %v; got %d events",
 			allowedGet, deniedHTTP, spliced, injected, deniedDNS, byCIDR, len(evs))
 		for _, e := range evs {
-			t.Logf("%+v", e)
+			t.Logf("%+v", *e.Network)
 		}
 	}
 	if after := evs[len(evs)-1].ID; after > 0 {
@@ -729,4 +734,12 @@ func checkForkPause(t *testing.T, c *client.Client, id, data string) {
 	if netns.Exists(inst.Name(f.ID)) {
 		t.Errorf("the fork's namespace is left after delete")
 	}
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -13,8 +13,10 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
+	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/metrics"
 	"github.com/agentbox/agentbox/hostd/portproxy"
+	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
@@ -57,12 +59,19 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return err
 	}
 	met := metrics.New()
+	tp, err := recorder.NewTracerProvider(ctx, cfg.OTLPEndpoint)
+	if err != nil {
+		return fmt.Errorf("hostd: %w", err)
+	}
+	defer shutdownTracer(tp, log)
+	tracer := tp.Tracer("github.com/agentbox/agentbox/hostd")
+	rec := recorder.New(recorder.Options{Store: st, Tracer: tracer, KeyName: api.KeyName, Logger: log})
 	opts := sandbox.Options{
 		Driver: drv, Store: st, DataDir: cfg.DataDir,
 		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
 		Network: network,
-		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met,
+		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec,
 	}
 	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
 		return err
@@ -79,6 +88,9 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
 	}
+	if ns, ok := network.(interface{ OnEvent(func(egress.Event)) }); ok {
+		ns.OnEvent(mgr.RecordNetwork)
+	}
 	if err := mgr.Recover(ctx); err != nil {
 		return fmt.Errorf("hostd: recover: %w", err)
 	}
@@ -91,7 +103,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	}
 	defer ports.Close()
 	handler := api.New(api.Options{Manager: mgr, Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
-		Network: mgr, Secrets: box, Metrics: met.Handler()})
+		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: rec, Tracer: tracer})
 	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }
 
@@ -160,4 +172,13 @@ func parseAccel(s string) (vmm.Accel, error) {
 		return vmm.AccelTCG, nil
 	}
 	return "", fmt.Errorf("hostd: accel %q: want auto, kvm or tcg", s)
+}
+
+// shutdownTracer flushes the spans not yet sent.
+func shutdownTracer(tp interface{ Shutdown(context.Context) error }, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("trace export shutdown", "err", err)
+	}
 }

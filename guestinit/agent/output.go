@@ -36,6 +36,8 @@ type outputLog struct {
 	readPos uint64
 	readAt  time.Time
 	now     func() time.Time
+	// sums follow each stream whole (summary.go).
+	sums map[agentv1.OutputKind]*streamSummary
 }
 
 func newOutputLog(capacity uint64) *outputLog {
@@ -63,6 +65,7 @@ func (l *outputLog) append(kind agentv1.OutputKind, data []byte) {
 		}
 		l.mu.Lock()
 	}
+	l.summary(kind).add(data)
 	l.records = append(l.records, record{kind: kind, off: l.end, data: data})
 	l.end += uint64(len(data))
 	l.held += uint64(len(data))

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
@@ -76,6 +78,12 @@ type Options struct {
 	// Ports issues service-URL access (*portproxy.Proxy); nil answers the
 	// ports routes with 501.
 	Ports Ports
+	// Events is the flight recorder: it serves the events route and
+	// records the api events; nil answers the route with 501.
+	Events EventLog
+	// Tracer starts a span for every request, continuing the caller's
+	// traceparent; nil starts none (events then carry the caller's ids).
+	Tracer trace.Tracer
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -96,6 +104,8 @@ type server struct {
 	health  func() HealthInfo
 	log     *slog.Logger
 	metrics http.Handler
+	events  EventLog
+	tracer  trace.Tracer
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -106,7 +116,8 @@ func New(opts Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics}
+	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
+		events: opts.Events, tracer: opts.Tracer}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,
@@ -127,9 +138,13 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &statusRecorder{ResponseWriter: w}
 	r = withKeyHolder(r)
+	r, span := rt.s.startSpan(w, r)
 	// Deferred, so that a response aborted with http.ErrAbortHandler is
-	// logged too.
-	defer rt.logRequest(r, rec, start)
+	// logged (and recorded) too.
+	defer func() {
+		rt.logRequest(r, rec, start)
+		rt.s.endRequest(r, rec, start, span)
+	}()
 	rt.serve(rec, r)
 }
 

@@ -15,7 +15,6 @@ import (
 type NetworkManager interface {
 	NetworkPolicy(ctx context.Context, id string) (egress.Policy, error)
 	SetNetworkPolicy(ctx context.Context, id string, pol egress.Policy) (egress.Policy, error)
-	NetworkEvents(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error)
 }
 
 // SecretStore is what the secrets routes need (hostd/secrets implements it).
@@ -38,9 +37,6 @@ const (
 )
 
 var errNoNetwork = &apiError{status: http.StatusNotImplemented, code: CodeNotImplemented, msg: "this hostd serves no network or secrets routes"}
-
-// defaultEventLimit bounds an events page whose caller gave no limit.
-const defaultEventLimit = 1000
 
 // toPolicy turns the create body's network object into a policy.
 func toPolicy(in *NetworkPolicyInput) *egress.Policy {
@@ -128,40 +124,6 @@ func (s *server) PatchSandboxNetwork(w http.ResponseWriter, r *http.Request, id 
 		return
 	}
 	writeJSON(w, http.StatusOK, fromPolicy(p))
-}
-
-func (s *server) ListSandboxEvents(w http.ResponseWriter, r *http.Request, id SandboxID, params ListSandboxEventsParams) {
-	if s.net == nil {
-		s.writeError(w, r, errNoNetwork)
-		return
-	}
-	if params.Type != ListSandboxEventsParamsTypeNetwork {
-		s.writeError(w, r, badRequest(CodeInvalidParam, "type must be network"))
-		return
-	}
-	var after int64
-	if params.After != nil {
-		after = *params.After
-	}
-	limit := defaultEventLimit
-	if params.Limit != nil {
-		limit = *params.Limit
-	}
-	if after < 0 || limit < 1 || limit > 10000 {
-		s.writeError(w, r, badRequest(CodeInvalidParam, "after must be >= 0 and limit 1..10000"))
-		return
-	}
-	evs, err := s.net.NetworkEvents(r.Context(), id, after, limit)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := NetworkEventList{Events: make([]NetworkEvent, 0, len(evs))}
-	for _, e := range evs {
-		out.Events = append(out.Events, NetworkEvent{ID: e.ID, Time: e.Time, Kind: NetworkEventKind(e.Kind), Host: e.Host, Port: e.Port,
-			Method: e.Method, Path: e.Path, BytesOut: e.BytesOut, BytesIn: e.BytesIn, Allowed: e.Allowed, Rule: e.Rule, Status: e.Status})
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) CreateSecret(w http.ResponseWriter, r *http.Request) {

@@ -87,6 +87,7 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 		}
 		return nil, "", m.streamErr(b, err)
 	}
+	m.execStarted(ctx, b, req.Cmd, cwd, env, req.Tty, execID)
 	m.execDeadline(b, c, execID, req.TimeoutS)
 	if req.Stdin != nil {
 		// A terminal's stdin stays open: closing it would send EOF (^D).
@@ -112,6 +113,7 @@ func (m *Manager) follow(ctx context.Context, b *box, c *agentclient.Client, exe
 	if err != nil {
 		return m.streamErr(b, err)
 	}
+	m.waitEnd(ctx, b.id, execID)
 	return emit(ExecEvent{Type: EventExit, ExitCode: exit.Code, Signal: exit.Signal})
 }
 

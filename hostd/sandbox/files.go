@@ -2,14 +2,18 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"path"
 	"strings"
 
 	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/hostd/recorder"
 )
 
 // CheckPath accepts only absolute guest paths without ".." elements.
@@ -74,10 +78,15 @@ func (m *Manager) WriteFile(ctx context.Context, id, p string, mode fs.FileMode,
 	if mode == 0 {
 		mode = 0o644
 	}
-	return m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
-		_, err := c.WriteFile(ctx, p, mode, r)
+	h := newHashCounter(r)
+	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
+		_, err := c.WriteFile(ctx, p, mode, h)
 		return err
 	})
+	if err == nil {
+		m.recordFile(ctx, id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
+	}
+	return err
 }
 
 // ListDir describes a guest directory.
@@ -106,19 +115,49 @@ func (m *Manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {
 
 // Mkdir creates a guest directory and its parents.
 func (m *Manager) Mkdir(ctx context.Context, id, p string) error {
-	return m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Mkdir(ctx, p) })
+	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Mkdir(ctx, p) })
+	if err == nil {
+		m.recordFile(ctx, id, recorder.FileData{Op: "created", Path: p, Dir: true})
+	}
+	return err
 }
 
 // Remove removes a guest path.
 func (m *Manager) Remove(ctx context.Context, id, p string, recursive bool) error {
-	return m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Remove(ctx, p, recursive) })
+	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Remove(ctx, p, recursive) })
+	if err == nil {
+		m.recordFile(ctx, id, recorder.FileData{Op: "deleted", Path: p})
+	}
+	return err
 }
 
 // Rename moves a guest path.
 func (m *Manager) Rename(ctx context.Context, id, from, to string) error {
-	return m.withAgent(ctx, id, []string{from, to}, func(c *agentclient.Client) error { return c.Rename(ctx, from, to) })
+	err := m.withAgent(ctx, id, []string{from, to}, func(c *agentclient.Client) error { return c.Rename(ctx, from, to) })
+	if err == nil {
+		m.recordFile(ctx, id, recorder.FileData{Op: "renamed", Path: to, OldPath: from})
+	}
+	return err
 }
 
 func fileInfo(e agentclient.FileInfo) FileInfo {
 	return FileInfo{Name: e.Name, Path: e.Path, Size: e.Size, Mode: e.Mode, ModTime: e.ModTime, IsDir: e.IsDir}
 }
+
+// hashCounter counts and hashes the bytes read through it.
+type hashCounter struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func newHashCounter(r io.Reader) *hashCounter { return &hashCounter{r: r, h: sha256.New()} }
+
+func (c *hashCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *hashCounter) sum() string { return hex.EncodeToString(c.h.Sum(nil)) }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
 )
@@ -55,6 +56,9 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		}
 		return nil, err
 	}
+	for _, f := range out {
+		m.recordLifecycle(ctx, f.ID, recorder.LifecycleData{Action: recorder.ActionFork, SourceID: id, SnapshotID: sn.ID})
+	}
 	return out, nil
 }
 
@@ -67,14 +71,15 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	}
 	b.op.Lock()
 	defer b.op.Unlock()
-	if err := m.opts.Store.SetSandboxState(ctx, id, string(StatePausing), "", b.vm.PID()); err != nil {
+	if err := m.setState(ctx, id, StatePausing, "", b.vm.PID()); err != nil {
 		return Info{}, err
 	}
 	dir := filepath.Join(b.dir, "paused")
+	m.drainGuest(ctx, b)
 	err = m.savePaused(ctx, b, dir)
 	if err != nil {
 		os.RemoveAll(dir)
-		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateRunning), "", b.vm.PID())
+		_ = m.setState(context.WithoutCancel(ctx), id, StateRunning, "", b.vm.PID())
 		_ = b.vm.Resume(context.WithoutCancel(ctx))
 		return Info{}, fmt.Errorf("sandbox: pause %s: %w", id, err)
 	}
@@ -88,7 +93,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	}
 	m.settle(b)
 	m.removeCgroup(b)
-	if err := m.opts.Store.SetSandboxState(ctx, id, string(StatePaused), "", 0); err != nil {
+	if err := m.setState(ctx, id, StatePaused, "", 0); err != nil {
 		return Info{}, err
 	}
 	m.log.Info("sandbox paused", "sandbox_id", id)
@@ -135,13 +140,13 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	if err := m.opts.Store.SetSandboxState(ctx, id, string(StateResuming), "", 0); err != nil {
+	if err := m.setState(ctx, id, StateResuming, "", 0); err != nil {
 		return Info{}, err
 	}
 	b := &box{id: id, dir: rec.Dir, gone: make(chan struct{}), overlay: v.Overlay, snapshotID: v.SnapshotID, cwd: v.Cwd}
 	b.disks = countOverlays(rec.Dir)
 	if err := m.ensureNetwork(ctx, id); err != nil {
-		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StatePaused), "", 0)
+		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
 	b.limits = m.limitsOf(ctx, id)
@@ -157,7 +162,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	if err != nil {
 		m.removeCgroup(b)
-		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StatePaused), "", 0)
+		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
 	// The restored VM maps the saved memory privately; removing the

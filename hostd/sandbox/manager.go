@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/disk"
 	"github.com/agentbox/agentbox/hostd/agentclient"
 	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
@@ -63,6 +64,8 @@ type Options struct {
 	IdleCPU float64
 	// Metrics, if set, observes latencies.
 	Metrics Observer
+	// Recorder, if set, keeps the flight recorder's log (record.go).
+	Recorder *recorder.Recorder
 }
 
 // Validate checks the options.
@@ -100,6 +103,8 @@ type Manager struct {
 	ttls     map[string]*ttl
 	// baseMiB is the base image's virtual size, the most disk_mib can be.
 	baseMiB int
+	// rs is the flight recorder's state (record.go).
+	rs recState
 }
 
 // box is a live sandbox: its VM and agent connection.
@@ -173,6 +178,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{},
 		nets: map[string]netAttachment{}}
+	m.rs.init()
 	if err := m.openDirsToOwner(); err != nil {
 		return nil, err
 	}
@@ -243,6 +249,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
 		return Info{}, err
 	}
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateCreating)})
+	if src != nil {
+		m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionRestore, SnapshotID: src.ID, SourceID: src.SandboxID})
+	}
 	if err := m.opts.Store.PutSandboxLimits(ctx, id, opts.Limits); err != nil {
 		return Info{}, err
 	}
@@ -262,7 +272,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		if b != nil {
 			m.removeCgroup(b)
 		}
-		_ = m.opts.Store.SetSandboxState(context.WithoutCancel(ctx), id, string(StateFailed), err.Error(), 0)
+		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
 	}
 	return m.adopt(ctx, b, rec)
@@ -273,7 +283,7 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
 	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay})
 	if err == nil {
-		err = m.opts.Store.SetSandboxState(ctx, b.id, rec.State, "", rec.VMPID)
+		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
 	}
 	if err == nil && State(rec.State) != StatePaused {
 		err = m.applyGuestLimits(ctx, b)
@@ -287,6 +297,8 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	m.mu.Unlock()
 	m.armTTL(b.id, time.Duration(rec.TimeoutS)*time.Second)
 	b.touch()
+	m.startGuestEvents(ctx, b)
+	m.resumeExecs(b)
 	go m.watch(b)
 	go m.watchIdle(b)
 	m.log.Info("sandbox running", "sandbox_id", b.id, "vm_pid", rec.VMPID, "snapshot_id", b.snapshotID)
@@ -398,7 +410,7 @@ func (m *Manager) watch(b *box) {
 	}
 	m.log.Warn("sandbox vm died", "sandbox_id", b.id, "vm_pid", b.vm.PID(), "err", err)
 	m.teardown(b, why)
-	_ = m.opts.Store.SetSandboxState(context.Background(), b.id, string(StateFailed), why.Error(), 0)
+	_ = m.setState(context.Background(), b.id, StateFailed, why.Error(), 0)
 }
 
 // forget removes b from the live set; it reports whether b was there.
@@ -455,7 +467,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	m.mu.Unlock()
 	if b != nil {
 		b.op.Lock() // let a running snapshot or pause finish
-		_ = m.opts.Store.SetSandboxState(ctx, id, string(StateStopping), "", b.vm.PID())
+		_ = m.setState(ctx, id, StateStopping, "", b.vm.PID())
 		m.teardown(b, ErrDeleted)
 		b.op.Unlock()
 	} else {
@@ -469,6 +481,8 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	m.forgetNetwork(context.WithoutCancel(ctx), id)
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateDeleted)})
+	m.forgetRecords(id)
 	m.collect(ctx)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil

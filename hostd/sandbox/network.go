@@ -27,7 +27,6 @@ type Network interface {
 	Sweep() error
 	Policy(ctx context.Context, id string) (egress.Policy, error)
 	SetPolicy(ctx context.Context, id string, pol egress.Policy) error
-	Events(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error)
 }
 
 // netAttachment is what boot gives the VM for its network.
@@ -258,16 +257,4 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, pol egress.Po
 		return egress.Policy{}, err
 	}
 	return m.opts.Network.Policy(ctx, id)
-}
-
-// NetworkEvents returns a sandbox's network audit events after the event id
-// after, oldest first.
-func (m *Manager) NetworkEvents(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error) {
-	if _, err := m.Get(ctx, id); err != nil {
-		return nil, err
-	}
-	if m.opts.Network == nil {
-		return nil, nil
-	}
-	return m.opts.Network.Events(ctx, id, after, limit)
 }

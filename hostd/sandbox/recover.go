@@ -27,7 +27,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		case StateCreating, StateRunning, StateStopping, StatePausing, StateResuming:
 			m.log.Warn("sandbox lost its vm when hostd stopped", "sandbox_id", r.ID, "vm_pid", r.VMPID)
 			m.removeDir(r.Dir, m.log.With("sandbox_id", r.ID))
-			if err := m.opts.Store.SetSandboxState(ctx, r.ID, string(StateFailed), "hostd restarted; the vm is gone", 0); err != nil {
+			if err := m.setState(ctx, r.ID, StateFailed, "hostd restarted; the vm is gone", 0); err != nil {
 				return err
 			}
 		}
@@ -91,7 +91,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, b := range boxes {
 		m.teardown(b, errors.New("sandbox: hostd stopped"))
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		errs = append(errs, m.opts.Store.SetSandboxState(sctx, b.id, string(StateFailed), "hostd stopped", 0))
+		errs = append(errs, m.setState(sctx, b.id, StateFailed, "hostd stopped", 0))
 		cancel()
 	}
 	return errors.Join(errs...)

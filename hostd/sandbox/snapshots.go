@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/disk"
+	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
 )
@@ -76,6 +77,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err := errors.Join(c.Freeze(ctx), c.Thaw(ctx)); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("sandbox: flush guest filesystems: %w", err)
 	}
+	m.drainGuest(ctx, b)
 	if err := b.vm.Pause(ctx); err != nil {
 		return SnapshotInfo{}, m.streamErr(b, err)
 	}
@@ -87,6 +89,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		return SnapshotInfo{}, fmt.Errorf("sandbox: snapshot %s: %w", id, err)
 	}
 	m.log.Info("snapshot taken", "sandbox_id", id, "snapshot_id", sn.ID, "kind", sn.Kind, "size", sn.SizeBytes)
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionSnapshot, SnapshotID: sn.ID, Reason: sn.Kind})
 	return m.snapshotInfo(ctx, sn)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 )
 
@@ -49,6 +50,7 @@ func (m *Manager) expire(id string) {
 	delete(m.ttls, id)
 	m.mu.Unlock()
 	ctx := context.Background()
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + string(m.limitsOf(ctx, id).OnTimeout)})
 	if m.limitsOf(ctx, id).OnTimeout == OnTimeoutPause {
 		m.log.Info("sandbox timeout reached; pausing", "sandbox_id", id)
 		if _, err := m.Pause(ctx, id); err != nil && !errors.Is(err, ErrNotRunning) && !errors.Is(err, ErrNotFound) {
@@ -72,6 +74,7 @@ func (m *Manager) ExtendTimeout(ctx context.Context, id string, timeoutS int) (I
 	}
 	m.disarmTTL(id)
 	m.armTTL(id, time.Duration(timeoutS)*time.Second)
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: fmt.Sprintf("timeout set to %ds from now", timeoutS)})
 	return m.Get(ctx, id)
 }
 

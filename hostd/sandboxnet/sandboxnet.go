@@ -14,7 +14,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/netns"
@@ -27,8 +26,6 @@ type Store interface {
 	PutNetworkPolicy(ctx context.Context, id string, policy []byte) error
 	GetNetworkPolicy(ctx context.Context, id string) ([]byte, error)
 	DeleteNetworkPolicy(ctx context.Context, id string) error
-	AddNetworkEvent(ctx context.Context, e store.NetworkEvent) error
-	ListNetworkEvents(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -53,6 +50,16 @@ type Service struct {
 
 	mu  sync.Mutex
 	nss map[string]*netns.Sandbox
+	// onEvent receives the proxy's audit events (the flight recorder).
+	onEvent func(egress.Event)
+}
+
+// OnEvent sets the receiver of the proxy's audit events (the sandbox
+// manager records them; it is made after the Service).
+func (s *Service) OnEvent(f func(egress.Event)) {
+	s.mu.Lock()
+	s.onEvent = f
+	s.mu.Unlock()
 }
 
 // New returns a Service.
@@ -192,21 +199,12 @@ func (s *Service) putPolicy(ctx context.Context, id string, pol egress.Policy) e
 	return s.st.PutNetworkPolicy(ctx, id, b)
 }
 
-// Events returns sandbox id's network events after the given event id.
-func (s *Service) Events(ctx context.Context, id string, after int64, limit int) ([]store.NetworkEvent, error) {
-	return s.st.ListNetworkEvents(ctx, id, after, limit)
-}
-
 func (s *Service) record(ev egress.Event) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := s.st.AddNetworkEvent(ctx, store.NetworkEvent{
-		SandboxID: ev.SandboxID, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Port: ev.Port,
-		Method: ev.Method, Path: ev.Path, BytesOut: ev.BytesOut, BytesIn: ev.BytesIn,
-		Allowed: ev.Allowed, Rule: ev.Rule, Status: ev.Status,
-	})
-	if err != nil {
-		s.log.Error("record network event", "sandbox_id", ev.SandboxID, "err", err)
+	s.mu.Lock()
+	on := s.onEvent
+	s.mu.Unlock()
+	if on != nil {
+		on(ev)
 	}
 	s.log.Debug("egress", "sandbox_id", ev.SandboxID, "kind", ev.Kind, "host", net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port)), "allowed", ev.Allowed, "rule", ev.Rule)
 }

@@ -64,57 +64,6 @@ func (s *Store) DeleteNetworkPolicy(ctx context.Context, id string) error {
 	return err
 }
 
-// NetworkEvent is one row of the network audit log.
-type NetworkEvent struct {
-	ID        int64
-	SandboxID string
-	Time      time.Time
-	Kind      string
-	Host      string
-	Port      int
-	Method    string
-	Path      string
-	BytesOut  int64
-	BytesIn   int64
-	Allowed   bool
-	Rule      string
-	Status    int
-}
-
-// AddNetworkEvent appends an event.
-func (s *Store) AddNetworkEvent(ctx context.Context, e NetworkEvent) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO network_events
-		(sandbox_id, time, kind, host, port, method, path, bytes_out, bytes_in, allowed, rule, status)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.SandboxID, e.Time.UnixNano(), e.Kind, e.Host, e.Port, e.Method, e.Path, e.BytesOut, e.BytesIn, e.Allowed, e.Rule, e.Status)
-	if err != nil {
-		return fmt.Errorf("store: add network event: %w", err)
-	}
-	return nil
-}
-
-// ListNetworkEvents returns up to limit events of a sandbox with ids above
-// after, oldest first.
-func (s *Store) ListNetworkEvents(ctx context.Context, id string, after int64, limit int) ([]NetworkEvent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, time, kind, host, port, method, path, bytes_out, bytes_in, allowed, rule, status
-		FROM network_events WHERE sandbox_id = ? AND id > ? ORDER BY id LIMIT ?`, id, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: list network events: %w", err)
-	}
-	defer rows.Close()
-	var out []NetworkEvent
-	for rows.Next() {
-		var e NetworkEvent
-		var t int64
-		if err := rows.Scan(&e.ID, &e.SandboxID, &t, &e.Kind, &e.Host, &e.Port, &e.Method, &e.Path, &e.BytesOut, &e.BytesIn, &e.Allowed, &e.Rule, &e.Status); err != nil {
-			return nil, err
-		}
-		e.Time = time.Unix(0, t).UTC()
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // SecretMeta describes a stored secret (never its value).
 type SecretMeta struct {
 	Name      string

@@ -118,6 +118,9 @@ var migrations = []string{
 		id     TEXT PRIMARY KEY,
 		limits TEXT NOT NULL DEFAULT '{}'
 	);`,
+	// 5: the flight recorder's one ordered event log (events.go); the
+	// network audit rows move into it.
+	eventsSchema,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

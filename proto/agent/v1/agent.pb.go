@@ -768,6 +768,219 @@ func (x *Session) GetTty() bool {
 	return false
 }
 
+type SummaryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	WaitMs        uint32                 `protobuf:"varint,2,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummaryRequest) Reset() {
+	*x = SummaryRequest{}
+	mi := &file_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummaryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummaryRequest) ProtoMessage() {}
+
+func (x *SummaryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummaryRequest.ProtoReflect.Descriptor instead.
+func (*SummaryRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SummaryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SummaryRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type StreamSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Head  []byte                 `protobuf:"bytes,1,opt,name=head,proto3" json:"head,omitempty"`
+	// tail is the last bytes after head (empty when the stream fit in head).
+	Tail          []byte `protobuf:"bytes,2,opt,name=tail,proto3" json:"tail,omitempty"`
+	TotalBytes    uint64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamSummary) Reset() {
+	*x = StreamSummary{}
+	mi := &file_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamSummary) ProtoMessage() {}
+
+func (x *StreamSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamSummary.ProtoReflect.Descriptor instead.
+func (*StreamSummary) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StreamSummary) GetHead() []byte {
+	if x != nil {
+		return x.Head
+	}
+	return nil
+}
+
+func (x *StreamSummary) GetTail() []byte {
+	if x != nil {
+		return x.Tail
+	}
+	return nil
+}
+
+func (x *StreamSummary) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *StreamSummary) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type SessionSummary struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Exited          bool                   `protobuf:"varint,1,opt,name=exited,proto3" json:"exited,omitempty"`
+	ExitCode        int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal          string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	StartedUnixNano int64                  `protobuf:"varint,4,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	EndedUnixNano   int64                  `protobuf:"varint,5,opt,name=ended_unix_nano,json=endedUnixNano,proto3" json:"ended_unix_nano,omitempty"`
+	Stdout          *StreamSummary         `protobuf:"bytes,6,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr          *StreamSummary         `protobuf:"bytes,7,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SessionSummary) Reset() {
+	*x = SessionSummary{}
+	mi := &file_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSummary) ProtoMessage() {}
+
+func (x *SessionSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
+func (*SessionSummary) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SessionSummary) GetExited() bool {
+	if x != nil {
+		return x.Exited
+	}
+	return false
+}
+
+func (x *SessionSummary) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *SessionSummary) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetEndedUnixNano() int64 {
+	if x != nil {
+		return x.EndedUnixNano
+	}
+	return 0
+}
+
+func (x *SessionSummary) GetStdout() *StreamSummary {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *SessionSummary) GetStderr() *StreamSummary {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
 type ResizeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -779,7 +992,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +1004,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[10]
+	mi := &file_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +1017,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResizeRequest) GetId() string {
@@ -837,7 +1050,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1062,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[11]
+	mi := &file_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1075,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -881,7 +1094,7 @@ type HandleRequest struct {
 
 func (x *HandleRequest) Reset() {
 	*x = HandleRequest{}
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1106,7 @@ func (x *HandleRequest) String() string {
 func (*HandleRequest) ProtoMessage() {}
 
 func (x *HandleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[12]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1119,7 @@ func (x *HandleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleRequest.ProtoReflect.Descriptor instead.
 func (*HandleRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HandleRequest) GetHandle() string {
@@ -926,7 +1139,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1151,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1164,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenResponse) GetHandle() string {
@@ -978,7 +1191,7 @@ type ReadChunkRequest struct {
 
 func (x *ReadChunkRequest) Reset() {
 	*x = ReadChunkRequest{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1203,7 @@ func (x *ReadChunkRequest) String() string {
 func (*ReadChunkRequest) ProtoMessage() {}
 
 func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1216,7 @@ func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkRequest.ProtoReflect.Descriptor instead.
 func (*ReadChunkRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadChunkRequest) GetHandle() string {
@@ -1030,7 +1243,7 @@ type ReadChunkResponse struct {
 
 func (x *ReadChunkResponse) Reset() {
 	*x = ReadChunkResponse{}
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1255,7 @@ func (x *ReadChunkResponse) String() string {
 func (*ReadChunkResponse) ProtoMessage() {}
 
 func (x *ReadChunkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[15]
+	mi := &file_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1268,7 @@ func (x *ReadChunkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadChunkResponse.ProtoReflect.Descriptor instead.
 func (*ReadChunkResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadChunkResponse) GetData() []byte {
@@ -1082,7 +1295,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1307,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[16]
+	mi := &file_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1320,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateRequest) GetPath() string {
@@ -1134,7 +1347,7 @@ type WriteChunkRequest struct {
 
 func (x *WriteChunkRequest) Reset() {
 	*x = WriteChunkRequest{}
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1359,7 @@ func (x *WriteChunkRequest) String() string {
 func (*WriteChunkRequest) ProtoMessage() {}
 
 func (x *WriteChunkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[17]
+	mi := &file_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1372,7 @@ func (x *WriteChunkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteChunkRequest.ProtoReflect.Descriptor instead.
 func (*WriteChunkRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteChunkRequest) GetHandle() string {
@@ -1185,7 +1398,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1410,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[18]
+	mi := &file_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1423,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommitResponse) GetSize() uint64 {
@@ -1229,7 +1442,7 @@ type PathRequest struct {
 
 func (x *PathRequest) Reset() {
 	*x = PathRequest{}
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1454,7 @@ func (x *PathRequest) String() string {
 func (*PathRequest) ProtoMessage() {}
 
 func (x *PathRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[19]
+	mi := &file_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1467,7 @@ func (x *PathRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
 func (*PathRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PathRequest) GetPath() string {
@@ -1278,7 +1491,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1503,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[20]
+	mi := &file_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1516,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FileInfo) GetName() string {
@@ -1357,7 +1570,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1582,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[21]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1595,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResponse) GetEntries() []*FileInfo {
@@ -1402,7 +1615,7 @@ type MkdirRequest struct {
 
 func (x *MkdirRequest) Reset() {
 	*x = MkdirRequest{}
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1627,7 @@ func (x *MkdirRequest) String() string {
 func (*MkdirRequest) ProtoMessage() {}
 
 func (x *MkdirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[22]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1640,7 @@ func (x *MkdirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirRequest.ProtoReflect.Descriptor instead.
 func (*MkdirRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MkdirRequest) GetPath() string {
@@ -1454,7 +1667,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1679,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1692,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -1506,7 +1719,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1731,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1744,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -1560,7 +1773,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1785,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1798,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HealthResponse) GetHostname() string {
@@ -1625,7 +1838,7 @@ type SetTimeRequest struct {
 
 func (x *SetTimeRequest) Reset() {
 	*x = SetTimeRequest{}
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1850,7 @@ func (x *SetTimeRequest) String() string {
 func (*SetTimeRequest) ProtoMessage() {}
 
 func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1863,7 @@ func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetTimeRequest) GetUnixNano() int64 {
@@ -1669,7 +1882,7 @@ type ReseedRequest struct {
 
 func (x *ReseedRequest) Reset() {
 	*x = ReseedRequest{}
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1894,7 @@ func (x *ReseedRequest) String() string {
 func (*ReseedRequest) ProtoMessage() {}
 
 func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1907,7 @@ func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReseedRequest.ProtoReflect.Descriptor instead.
 func (*ReseedRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReseedRequest) GetEntropy() []byte {
@@ -1715,7 +1928,7 @@ type SetIdentityRequest struct {
 
 func (x *SetIdentityRequest) Reset() {
 	*x = SetIdentityRequest{}
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1940,7 @@ func (x *SetIdentityRequest) String() string {
 func (*SetIdentityRequest) ProtoMessage() {}
 
 func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1953,7 @@ func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetIdentityRequest.ProtoReflect.Descriptor instead.
 func (*SetIdentityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetIdentityRequest) GetHostname() string {
@@ -1768,7 +1981,7 @@ type NextEventsRequest struct {
 
 func (x *NextEventsRequest) Reset() {
 	*x = NextEventsRequest{}
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1993,7 @@ func (x *NextEventsRequest) String() string {
 func (*NextEventsRequest) ProtoMessage() {}
 
 func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2006,7 @@ func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextEventsRequest.ProtoReflect.Descriptor instead.
 func (*NextEventsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NextEventsRequest) GetAfter() uint64 {
@@ -1832,7 +2045,7 @@ type NextEventsResponse struct {
 
 func (x *NextEventsResponse) Reset() {
 	*x = NextEventsResponse{}
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2057,7 @@ func (x *NextEventsResponse) String() string {
 func (*NextEventsResponse) ProtoMessage() {}
 
 func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2070,7 @@ func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextEventsResponse.ProtoReflect.Descriptor instead.
 func (*NextEventsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NextEventsResponse) GetEvents() []*GuestEvent {
@@ -1906,7 +2119,7 @@ type GuestEvent struct {
 
 func (x *GuestEvent) Reset() {
 	*x = GuestEvent{}
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2131,7 @@ func (x *GuestEvent) String() string {
 func (*GuestEvent) ProtoMessage() {}
 
 func (x *GuestEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2144,7 @@ func (x *GuestEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestEvent.ProtoReflect.Descriptor instead.
 func (*GuestEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GuestEvent) GetSeq() uint64 {
@@ -2020,7 +2233,7 @@ type FileEvent struct {
 
 func (x *FileEvent) Reset() {
 	*x = FileEvent{}
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2245,7 @@ func (x *FileEvent) String() string {
 func (*FileEvent) ProtoMessage() {}
 
 func (x *FileEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2258,7 @@ func (x *FileEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEvent.ProtoReflect.Descriptor instead.
 func (*FileEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FileEvent) GetOp() string {
@@ -2108,7 +2321,7 @@ type PackageEvent struct {
 
 func (x *PackageEvent) Reset() {
 	*x = PackageEvent{}
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2333,7 @@ func (x *PackageEvent) String() string {
 func (*PackageEvent) ProtoMessage() {}
 
 func (x *PackageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2346,7 @@ func (x *PackageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackageEvent.ProtoReflect.Descriptor instead.
 func (*PackageEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PackageEvent) GetManager() string {
@@ -2236,7 +2449,24 @@ const file_agent_proto_rawDesc = "" +
 	"\x06signal\x18\x06 \x01(\tR\x06signal\x12*\n" +
 	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\x12&\n" +
 	"\x0fended_unix_nano\x18\b \x01(\x03R\rendedUnixNano\x12\x10\n" +
-	"\x03tty\x18\t \x01(\bR\x03tty\"G\n" +
+	"\x03tty\x18\t \x01(\bR\x03tty\"9\n" +
+	"\x0eSummaryRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\await_ms\x18\x02 \x01(\rR\x06waitMs\"p\n" +
+	"\rStreamSummary\x12\x12\n" +
+	"\x04head\x18\x01 \x01(\fR\x04head\x12\x12\n" +
+	"\x04tail\x18\x02 \x01(\fR\x04tail\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
+	"totalBytes\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"\xa5\x02\n" +
+	"\x0eSessionSummary\x12\x16\n" +
+	"\x06exited\x18\x01 \x01(\bR\x06exited\x12\x1b\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\tR\x06signal\x12*\n" +
+	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\x12&\n" +
+	"\x0fended_unix_nano\x18\x05 \x01(\x03R\rendedUnixNano\x128\n" +
+	"\x06stdout\x18\x06 \x01(\v2 .agentbox.agent.v1.StreamSummaryR\x06stdout\x128\n" +
+	"\x06stderr\x18\a \x01(\v2 .agentbox.agent.v1.StreamSummaryR\x06stderr\"G\n" +
 	"\rResizeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
@@ -2334,7 +2564,7 @@ const file_agent_proto_rawDesc = "" +
 	"OutputKind\x12\x1b\n" +
 	"\x17OUTPUT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12OUTPUT_KIND_STDOUT\x10\x01\x12\x16\n" +
-	"\x12OUTPUT_KIND_STDERR\x10\x022\xcc\x03\n" +
+	"\x12OUTPUT_KIND_STDERR\x10\x022\x9d\x04\n" +
 	"\x04Exec\x12J\n" +
 	"\x05Start\x12\x1f.agentbox.agent.v1.StartRequest\x1a .agentbox.agent.v1.StartResponse\x12S\n" +
 	"\x04Read\x12$.agentbox.agent.v1.ReadOutputRequest\x1a%.agentbox.agent.v1.ReadOutputResponse\x12L\n" +
@@ -2342,7 +2572,8 @@ const file_agent_proto_rawDesc = "" +
 	"WriteStdin\x12$.agentbox.agent.v1.WriteStdinRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Signal\x12 .agentbox.agent.v1.SignalRequest\x1a\x18.agentbox.agent.v1.Empty\x12I\n" +
 	"\x04List\x12\x18.agentbox.agent.v1.Empty\x1a'.agentbox.agent.v1.ListSessionsResponse\x12D\n" +
-	"\x06Resize\x12 .agentbox.agent.v1.ResizeRequest\x1a\x18.agentbox.agent.v1.Empty2\xb5\x06\n" +
+	"\x06Resize\x12 .agentbox.agent.v1.ResizeRequest\x1a\x18.agentbox.agent.v1.Empty\x12O\n" +
+	"\aSummary\x12!.agentbox.agent.v1.SummaryRequest\x1a!.agentbox.agent.v1.SessionSummary2\xb5\x06\n" +
 	"\x05Files\x12G\n" +
 	"\x04Open\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.OpenResponse\x12V\n" +
 	"\tReadChunk\x12#.agentbox.agent.v1.ReadChunkRequest\x1a$.agentbox.agent.v1.ReadChunkResponse\x12K\n" +
@@ -2379,7 +2610,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -2392,95 +2623,102 @@ var file_agent_proto_goTypes = []any{
 	(*WriteStdinRequest)(nil),    // 8: agentbox.agent.v1.WriteStdinRequest
 	(*SignalRequest)(nil),        // 9: agentbox.agent.v1.SignalRequest
 	(*Session)(nil),              // 10: agentbox.agent.v1.Session
-	(*ResizeRequest)(nil),        // 11: agentbox.agent.v1.ResizeRequest
-	(*ListSessionsResponse)(nil), // 12: agentbox.agent.v1.ListSessionsResponse
-	(*HandleRequest)(nil),        // 13: agentbox.agent.v1.HandleRequest
-	(*OpenResponse)(nil),         // 14: agentbox.agent.v1.OpenResponse
-	(*ReadChunkRequest)(nil),     // 15: agentbox.agent.v1.ReadChunkRequest
-	(*ReadChunkResponse)(nil),    // 16: agentbox.agent.v1.ReadChunkResponse
-	(*CreateRequest)(nil),        // 17: agentbox.agent.v1.CreateRequest
-	(*WriteChunkRequest)(nil),    // 18: agentbox.agent.v1.WriteChunkRequest
-	(*CommitResponse)(nil),       // 19: agentbox.agent.v1.CommitResponse
-	(*PathRequest)(nil),          // 20: agentbox.agent.v1.PathRequest
-	(*FileInfo)(nil),             // 21: agentbox.agent.v1.FileInfo
-	(*ListResponse)(nil),         // 22: agentbox.agent.v1.ListResponse
-	(*MkdirRequest)(nil),         // 23: agentbox.agent.v1.MkdirRequest
-	(*RemoveRequest)(nil),        // 24: agentbox.agent.v1.RemoveRequest
-	(*RenameRequest)(nil),        // 25: agentbox.agent.v1.RenameRequest
-	(*HealthResponse)(nil),       // 26: agentbox.agent.v1.HealthResponse
-	(*SetTimeRequest)(nil),       // 27: agentbox.agent.v1.SetTimeRequest
-	(*ReseedRequest)(nil),        // 28: agentbox.agent.v1.ReseedRequest
-	(*SetIdentityRequest)(nil),   // 29: agentbox.agent.v1.SetIdentityRequest
-	(*NextEventsRequest)(nil),    // 30: agentbox.agent.v1.NextEventsRequest
-	(*NextEventsResponse)(nil),   // 31: agentbox.agent.v1.NextEventsResponse
-	(*GuestEvent)(nil),           // 32: agentbox.agent.v1.GuestEvent
-	(*FileEvent)(nil),            // 33: agentbox.agent.v1.FileEvent
-	(*PackageEvent)(nil),         // 34: agentbox.agent.v1.PackageEvent
-	nil,                          // 35: agentbox.agent.v1.StartRequest.EnvEntry
+	(*SummaryRequest)(nil),       // 11: agentbox.agent.v1.SummaryRequest
+	(*StreamSummary)(nil),        // 12: agentbox.agent.v1.StreamSummary
+	(*SessionSummary)(nil),       // 13: agentbox.agent.v1.SessionSummary
+	(*ResizeRequest)(nil),        // 14: agentbox.agent.v1.ResizeRequest
+	(*ListSessionsResponse)(nil), // 15: agentbox.agent.v1.ListSessionsResponse
+	(*HandleRequest)(nil),        // 16: agentbox.agent.v1.HandleRequest
+	(*OpenResponse)(nil),         // 17: agentbox.agent.v1.OpenResponse
+	(*ReadChunkRequest)(nil),     // 18: agentbox.agent.v1.ReadChunkRequest
+	(*ReadChunkResponse)(nil),    // 19: agentbox.agent.v1.ReadChunkResponse
+	(*CreateRequest)(nil),        // 20: agentbox.agent.v1.CreateRequest
+	(*WriteChunkRequest)(nil),    // 21: agentbox.agent.v1.WriteChunkRequest
+	(*CommitResponse)(nil),       // 22: agentbox.agent.v1.CommitResponse
+	(*PathRequest)(nil),          // 23: agentbox.agent.v1.PathRequest
+	(*FileInfo)(nil),             // 24: agentbox.agent.v1.FileInfo
+	(*ListResponse)(nil),         // 25: agentbox.agent.v1.ListResponse
+	(*MkdirRequest)(nil),         // 26: agentbox.agent.v1.MkdirRequest
+	(*RemoveRequest)(nil),        // 27: agentbox.agent.v1.RemoveRequest
+	(*RenameRequest)(nil),        // 28: agentbox.agent.v1.RenameRequest
+	(*HealthResponse)(nil),       // 29: agentbox.agent.v1.HealthResponse
+	(*SetTimeRequest)(nil),       // 30: agentbox.agent.v1.SetTimeRequest
+	(*ReseedRequest)(nil),        // 31: agentbox.agent.v1.ReseedRequest
+	(*SetIdentityRequest)(nil),   // 32: agentbox.agent.v1.SetIdentityRequest
+	(*NextEventsRequest)(nil),    // 33: agentbox.agent.v1.NextEventsRequest
+	(*NextEventsResponse)(nil),   // 34: agentbox.agent.v1.NextEventsResponse
+	(*GuestEvent)(nil),           // 35: agentbox.agent.v1.GuestEvent
+	(*FileEvent)(nil),            // 36: agentbox.agent.v1.FileEvent
+	(*PackageEvent)(nil),         // 37: agentbox.agent.v1.PackageEvent
+	nil,                          // 38: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	35, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	38, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
 	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
-	10, // 3: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
-	21, // 4: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
-	21, // 5: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
-	32, // 6: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
-	33, // 7: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
-	34, // 8: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
-	3,  // 9: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
-	5,  // 10: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
-	8,  // 11: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
-	9,  // 12: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
-	1,  // 13: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
-	11, // 14: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
-	20, // 15: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
-	15, // 16: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
-	17, // 17: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
-	18, // 18: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
-	13, // 19: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
-	13, // 20: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
-	20, // 21: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
-	20, // 22: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
-	23, // 23: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
-	24, // 24: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
-	25, // 25: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	1,  // 26: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	27, // 27: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	28, // 28: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	29, // 29: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 30: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 31: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	30, // 32: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
-	4,  // 33: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 34: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 35: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 36: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	12, // 37: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	1,  // 38: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
-	14, // 39: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	16, // 40: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	14, // 41: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 42: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	19, // 43: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 44: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	21, // 45: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	22, // 46: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 47: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 48: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 49: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	26, // 50: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 51: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 52: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 53: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 54: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 55: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	31, // 56: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
-	33, // [33:57] is the sub-list for method output_type
-	9,  // [9:33] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	12, // 3: agentbox.agent.v1.SessionSummary.stdout:type_name -> agentbox.agent.v1.StreamSummary
+	12, // 4: agentbox.agent.v1.SessionSummary.stderr:type_name -> agentbox.agent.v1.StreamSummary
+	10, // 5: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
+	24, // 6: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
+	24, // 7: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
+	35, // 8: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
+	36, // 9: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
+	37, // 10: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
+	3,  // 11: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
+	5,  // 12: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
+	8,  // 13: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
+	9,  // 14: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
+	1,  // 15: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
+	14, // 16: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
+	11, // 17: agentbox.agent.v1.Exec.Summary:input_type -> agentbox.agent.v1.SummaryRequest
+	23, // 18: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
+	18, // 19: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
+	20, // 20: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
+	21, // 21: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
+	16, // 22: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
+	16, // 23: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
+	23, // 24: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
+	23, // 25: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
+	26, // 26: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
+	27, // 27: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
+	28, // 28: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
+	1,  // 29: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	30, // 30: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	31, // 31: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	32, // 32: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 33: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 34: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	33, // 35: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	4,  // 36: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 37: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 38: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 39: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	15, // 40: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 41: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	13, // 42: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
+	17, // 43: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	19, // 44: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	17, // 45: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 46: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	22, // 47: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 48: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	24, // 49: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	25, // 50: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 51: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 52: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 53: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	29, // 54: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 55: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 56: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 57: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 58: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 59: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	34, // 60: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	36, // [36:61] is the sub-list for method output_type
+	11, // [11:36] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -2488,7 +2726,7 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
-	file_agent_proto_msgTypes[31].OneofWrappers = []any{
+	file_agent_proto_msgTypes[34].OneofWrappers = []any{
 		(*GuestEvent_File)(nil),
 		(*GuestEvent_Package)(nil),
 	}
@@ -2498,7 +2736,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -14,6 +14,7 @@ type ExecService interface {
 	Signal(context.Context, *SignalRequest) (*Empty, error)
 	List(context.Context, *Empty) (*ListSessionsResponse, error)
 	Resize(context.Context, *ResizeRequest) (*Empty, error)
+	Summary(context.Context, *SummaryRequest) (*SessionSummary, error)
 }
 
 func RegisterExecService(srv *ttrpc.Server, svc ExecService) {
@@ -60,6 +61,13 @@ func RegisterExecService(srv *ttrpc.Server, svc ExecService) {
 					return nil, err
 				}
 				return svc.Resize(ctx, &req)
+			},
+			"Summary": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req SummaryRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Summary(ctx, &req)
 			},
 		},
 	})
@@ -118,6 +126,14 @@ func (c *execClient) List(ctx context.Context, req *Empty) (*ListSessionsRespons
 func (c *execClient) Resize(ctx context.Context, req *ResizeRequest) (*Empty, error) {
 	var resp Empty
 	if err := c.client.Call(ctx, "agentbox.agent.v1.Exec", "Resize", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *execClient) Summary(ctx context.Context, req *SummaryRequest) (*SessionSummary, error) {
+	var resp SessionSummary
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Exec", "Summary", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
 
@@ -158,41 +157,6 @@ func networkSet(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	return printJSON(stdout(cmd), p)
-}
-
-func eventsCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "events",
-		Usage:     "print a sandbox's network audit events",
-		UsageText: "agentbox events ID [--after N] [--json]",
-		Flags: []cli.Flag{
-			&cli.Int64Flag{Name: "after", Usage: "only events with an id above `N`"},
-		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			c, id, err := clientAndID(cmd)
-			if err != nil {
-				return err
-			}
-			evs, err := c.NetworkEvents(ctx, id, cmd.Int64("after"), 0)
-			if err != nil {
-				return err
-			}
-			if cmd.Bool("json") {
-				return printJSON(stdout(cmd), client.NetworkEventList{Events: evs})
-			}
-			tw := tabwriter.NewWriter(stdout(cmd), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTIME\tKIND\tHOST\tPORT\tREQUEST\tSTATUS\tOUT\tIN\tVERDICT\tRULE")
-			for _, e := range evs {
-				verdict := "denied"
-				if e.Allowed {
-					verdict = "allowed"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", e.ID, e.Time.Format("15:04:05.000"), e.Kind, e.Host, e.Port,
-					strings.TrimSpace(e.Method+" "+e.Path), e.Status, e.BytesOut, e.BytesIn, verdict, e.Rule)
-			}
-			return tw.Flush()
-		},
-	}
 }
 
 // clientAndID returns the client and the one sandbox id argument.

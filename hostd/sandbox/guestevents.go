@@ -1,0 +1,178 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/hostd/recorder"
+)
+
+// Guest events (files that commands wrote, packages they installed) are
+// pulled from the guest's ring (proto Events.Next) into the log: by a long
+// poll per running sandbox, and at once when an exec ends, so that its
+// file and package events come before its end event.
+
+// guestPollWait is how long one long poll waits in the guest.
+const guestPollWait = 5 * time.Second
+
+// guestBatch caps the events of one pull.
+const guestBatch = 512
+
+// guestCursor is the position of hostd's reader in a sandbox's guest ring.
+// mu orders the recording: one batch at a time, never one twice.
+type guestCursor struct {
+	mu    sync.Mutex
+	after uint64
+	// off is set when the guest serves no events (an older guestinit).
+	off bool
+	// watchErr is the last watch error reported, so it is logged once.
+	watchErr string
+}
+
+func (m *Manager) cursorOf(id string) *guestCursor {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	g := m.rs.guest[id]
+	if g == nil {
+		g = &guestCursor{after: math.MaxUint64}
+		m.rs.guest[id] = g
+	}
+	return g
+}
+
+// startGuestEvents places a new reader at the guest's newest event (what
+// happened before the sandbox was handed out, or in the parent of a fork,
+// is not its story), then long-polls until b goes.
+func (m *Manager) startGuestEvents(ctx context.Context, b *box) {
+	if m.opts.Recorder == nil {
+		return
+	}
+	g := m.cursorOf(b.id)
+	g.mu.Lock()
+	fresh := g.after == math.MaxUint64
+	g.mu.Unlock()
+	if fresh {
+		if err := m.pullGuest(ctx, b, g, 0); err != nil {
+			m.log.Debug("guest events", "sandbox_id", b.id, "err", err)
+		}
+	}
+	go m.pollGuest(b, g)
+}
+
+func (m *Manager) pollGuest(b *box, g *guestCursor) {
+	ctx, cancel := b.bind(context.Background())
+	defer cancel()
+	for ctx.Err() == nil {
+		err := m.pullGuest(ctx, b, g, guestPollWait)
+		g.mu.Lock()
+		off := g.off
+		g.mu.Unlock()
+		if off {
+			return
+		}
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// drainGuest records every guest event already in the ring.
+func (m *Manager) drainGuest(ctx context.Context, b *box) {
+	if m.opts.Recorder == nil {
+		return
+	}
+	g := m.cursorOf(b.id)
+	for range 64 {
+		g.mu.Lock()
+		after, off := g.after, g.off
+		g.mu.Unlock()
+		if off || m.pullGuest(ctx, b, g, 0) != nil {
+			return
+		}
+		g.mu.Lock()
+		done := g.after == after
+		g.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// pullGuest reads one batch above the cursor and records it.
+func (m *Manager) pullGuest(ctx context.Context, b *box, g *guestCursor, wait time.Duration) error {
+	c, err := m.agent(ctx, b)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	after := g.after
+	g.mu.Unlock()
+	evs, err := c.NextEvents(ctx, after, wait, guestBatch)
+	if status.Code(err) == codes.Unimplemented || status.Code(errors.Unwrap(err)) == codes.Unimplemented {
+		g.mu.Lock()
+		g.off = true
+		g.mu.Unlock()
+		m.log.Info("guest serves no events (older guestinit)", "sandbox_id", b.id)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.after != after {
+		return nil // another pull recorded this batch
+	}
+	m.recordGuest(b.id, g, evs)
+	return nil
+}
+
+// recordGuest records a batch and moves the cursor. Call with g.mu held.
+func (m *Manager) recordGuest(id string, g *guestCursor, evs agentclient.GuestEvents) {
+	var entries []recorder.Entry
+	if evs.WatchError != g.watchErr {
+		g.watchErr = evs.WatchError
+		entries = append(entries, recorder.Entry{SandboxID: id, Type: recorder.TypeRecorder, Data: recorder.RecorderData{WatchError: evs.WatchError}})
+	}
+	if g.after != math.MaxUint64 && evs.Lost > 0 {
+		entries = append(entries, recorder.Entry{SandboxID: id, Type: recorder.TypeRecorder, Data: recorder.RecorderData{Lost: evs.Lost}})
+	}
+	if g.after == math.MaxUint64 {
+		// A new reader: start after the newest event, record none.
+		g.after = evs.Head
+		m.opts.Recorder.Add(context.Background(), entries...)
+		return
+	}
+	for _, e := range evs.Events {
+		g.after = max(g.after, e.Seq)
+		cause, _ := m.causeOfExec(id, e.ExecID)
+		en := recorder.Entry{SandboxID: id, Cause: cause, Time: e.Time}
+		switch {
+		case e.File != nil:
+			f := e.File
+			en.Type, en.Data = recorder.TypeFile, recorder.FileData{Op: f.Op, Path: f.Path, OldPath: f.OldPath, Dir: f.Dir, Size: f.Size,
+				SHA256: f.SHA256, Source: recorder.SourceGuest, ExecID: e.ExecID}
+		case e.Package != nil:
+			p := e.Package
+			en.Type, en.Data = recorder.TypePackage, recorder.PackageData{Manager: p.Manager, Action: p.Action, Name: p.Name,
+				Version: p.Version, OldVersion: p.OldVersion, Path: p.Path, ExecID: e.ExecID}
+		default:
+			continue
+		}
+		entries = append(entries, en)
+	}
+	if len(evs.Events) == 0 && evs.Head < g.after {
+		g.after = evs.Head // the guest restarted its ring (a new boot)
+	}
+	m.opts.Recorder.Add(context.Background(), entries...)
+}

@@ -1,0 +1,240 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/recorder"
+)
+
+// The manager's side of the flight recorder: lifecycle, exec, file (from
+// the Files API and the guest), package and network events, each with the
+// cause (trace span and API key) of the request behind it.
+
+// execWaitStep is how long one Summary call waits in the guest.
+const execWaitStep = 30 * time.Second
+
+// endWait bounds how long an exec's exit waits for its end event.
+const endWait = 10 * time.Second
+
+// execTrack is what the recorder knows of one exec session.
+type execTrack struct {
+	cause   recorder.Cause
+	started time.Time
+	data    recorder.ExecData
+	// done is closed once its end event is recorded.
+	done chan struct{}
+	// awaited is set while a goroutine waits for its end.
+	awaited bool
+	// ended is when it ended (zero while it runs). An ended exec is kept
+	// for endGrace: the proxy may report its last connection just after.
+	ended time.Time
+}
+
+// endGrace is how long an ended exec still takes network events.
+const endGrace = 3 * time.Second
+
+// recState is the recorder's state per sandbox, kept across pauses.
+type recState struct {
+	mu    sync.Mutex
+	execs map[string]map[string]*execTrack // sandbox id → exec id → track
+	guest map[string]*guestCursor          // sandbox id → guest event cursor
+}
+
+func (r *recState) init() {
+	r.execs = map[string]map[string]*execTrack{}
+	r.guest = map[string]*guestCursor{}
+}
+
+// setState stores a sandbox's state and records the change.
+func (m *Manager) setState(ctx context.Context, id string, st State, errMsg string, pid int) error {
+	if err := m.opts.Store.SetSandboxState(ctx, id, string(st), errMsg, pid); err != nil {
+		return err
+	}
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(st), Reason: errMsg})
+	return nil
+}
+
+func (m *Manager) recordLifecycle(ctx context.Context, id string, d recorder.LifecycleData) {
+	m.opts.Recorder.Record(ctx, id, recorder.TypeLifecycle, d)
+}
+
+// recordFile records a change made through the Files API.
+func (m *Manager) recordFile(ctx context.Context, id string, d recorder.FileData) {
+	d.Source = recorder.SourceAPI
+	m.opts.Recorder.Record(ctx, id, recorder.TypeFile, d)
+}
+
+// execStarted records an exec's start and waits for its end in the
+// background.
+func (m *Manager) execStarted(ctx context.Context, b *box, argv []string, cwd string, env map[string]string, tty bool, execID string) {
+	if m.opts.Recorder == nil {
+		return
+	}
+	t := &execTrack{cause: m.opts.Recorder.CauseOf(ctx), started: time.Now(), done: make(chan struct{})}
+	keys := slices.Sorted(maps.Keys(env))
+	t.data = recorder.ExecData{ExecID: execID, Phase: recorder.PhaseStart, Argv: argv, Cwd: cwd, EnvKeys: keys, Tty: tty, Started: t.started.UTC()}
+	m.rs.mu.Lock()
+	if m.rs.execs[b.id] == nil {
+		m.rs.execs[b.id] = map[string]*execTrack{}
+	}
+	for id, o := range m.rs.execs[b.id] {
+		if !o.ended.IsZero() && time.Since(o.ended) > endGrace {
+			delete(m.rs.execs[b.id], id)
+		}
+	}
+	m.rs.execs[b.id][execID] = t
+	t.awaited = true
+	m.rs.mu.Unlock()
+	m.opts.Recorder.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
+	go m.awaitExec(b, execID, t)
+}
+
+// awaitExec waits for session execID of b to exit, then records its end
+// after every guest event it caused. It gives up when b goes (a pause
+// hands the wait to the resumed box, see resumeExecs).
+func (m *Manager) awaitExec(b *box, execID string, t *execTrack) {
+	ctx, cancel := b.bind(context.Background())
+	defer cancel()
+	for {
+		c, err := m.agent(ctx, b)
+		var sum agentclient.Summary
+		if err == nil {
+			sum, err = c.Summary(ctx, execID, execWaitStep)
+		}
+		switch {
+		case err == nil && sum.Exited:
+			m.drainGuest(ctx, b)
+			m.execEnded(b.id, execID, t, sum, "")
+			return
+		case errors.Is(err, agentclient.ErrNoSession):
+			m.execEnded(b.id, execID, t, sum, "the guest no longer has the session")
+			return
+		case err != nil:
+			select {
+			case <-b.gone:
+				if errors.Is(b.why, ErrPaused) {
+					m.rs.mu.Lock()
+					t.awaited = false
+					m.rs.mu.Unlock()
+				} else {
+					m.execEnded(b.id, execID, t, sum, "the sandbox ended first")
+				}
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// execEnded records an exec's end and releases those waiting for it.
+func (m *Manager) execEnded(id, execID string, t *execTrack, sum agentclient.Summary, why string) {
+	d := t.data
+	d.Phase = recorder.PhaseEnd
+	end := time.Now()
+	if !sum.Ended.IsZero() {
+		end = sum.Ended
+	}
+	endUTC := end.UTC()
+	dur := end.Sub(t.started).Milliseconds()
+	d.Ended, d.DurationMS, d.Error = &endUTC, &dur, why
+	if sum.Exited {
+		code := sum.Exit.Code
+		d.ExitCode, d.Signal = &code, sum.Exit.Signal
+		d.Stdout, d.Stderr = outputSummary(sum.Stdout), outputSummary(sum.Stderr)
+	}
+	m.opts.Recorder.Add(context.Background(), recorder.Entry{SandboxID: id, Type: recorder.TypeExec, Cause: t.cause,
+		Time: end, Start: t.started, Data: d})
+	m.rs.mu.Lock()
+	t.ended = time.Now()
+	m.rs.mu.Unlock()
+	close(t.done)
+}
+
+func outputSummary(s agentclient.StreamSummary) *recorder.OutputSummary {
+	return &recorder.OutputSummary{Head: s.Head, Tail: s.Tail, TotalBytes: s.TotalBytes, SHA256: s.SHA256}
+}
+
+// waitEnd waits (briefly) until session execID's end event is recorded, so
+// that a caller who saw the exit finds it in the log.
+func (m *Manager) waitEnd(ctx context.Context, id, execID string) {
+	m.rs.mu.Lock()
+	t := m.rs.execs[id][execID]
+	m.rs.mu.Unlock()
+	if t == nil {
+		return
+	}
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+	case <-time.After(endWait):
+	}
+}
+
+// resumeExecs hands the execs whose wait a pause ended to the resumed box.
+func (m *Manager) resumeExecs(b *box) {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	for execID, t := range m.rs.execs[b.id] {
+		if !t.awaited {
+			t.awaited = true
+			go m.awaitExec(b, execID, t)
+		}
+	}
+}
+
+// activeCause is the cause of sandbox id's newest running exec, to which
+// its network traffic is attributed ("" exec id when none runs).
+func (m *Manager) activeCause(id string) (recorder.Cause, string) {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	var best *execTrack
+	var bestID string
+	for execID, t := range m.rs.execs[id] {
+		if !t.ended.IsZero() && time.Since(t.ended) > endGrace {
+			delete(m.rs.execs[id], execID)
+			continue
+		}
+		if best == nil || (t.ended.IsZero() && !best.ended.IsZero()) || (t.ended.IsZero() == best.ended.IsZero() && t.started.After(best.started)) {
+			best, bestID = t, execID
+		}
+	}
+	if best == nil {
+		return recorder.Cause{}, ""
+	}
+	return best.cause, bestID
+}
+
+// causeOfExec is the cause of exec session execID of sandbox id.
+func (m *Manager) causeOfExec(id, execID string) (recorder.Cause, bool) {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	t := m.rs.execs[id][execID]
+	if t == nil {
+		return recorder.Cause{}, false
+	}
+	return t.cause, true
+}
+
+// RecordNetwork records an egress proxy event, attributed to the
+// sandbox's newest running exec.
+func (m *Manager) RecordNetwork(ev egress.Event) {
+	cause, execID := m.activeCause(ev.SandboxID)
+	m.opts.Recorder.Add(context.Background(), recorder.Entry{SandboxID: ev.SandboxID, Type: recorder.TypeNetwork, Cause: cause, Time: ev.Time,
+		Data: recorder.NetworkData{Kind: ev.Kind, Host: ev.Host, Port: ev.Port, Method: ev.Method, Path: ev.Path, BytesOut: ev.BytesOut,
+			BytesIn: ev.BytesIn, Allowed: ev.Allowed, Rule: ev.Rule, Status: ev.Status, ExecID: execID}})
+}
+
+// forgetRecords drops the recorder's state of a deleted sandbox.
+func (m *Manager) forgetRecords(id string) {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	delete(m.rs.execs, id)
+	delete(m.rs.guest, id)
+}
