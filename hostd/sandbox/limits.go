@@ -255,11 +255,15 @@ func (m *Manager) defaultLimits(l Limits) bool {
 	return l == d
 }
 
-// placeVM fills cfg's per-sandbox limits: the disk throttle, and the hook
-// that moves the VMM process into its cgroup as soon as it exists.
+// placeVM fills cfg's per-sandbox limits: the disk throttle, the network
+// rate (set on the tap here), and the hook that moves the VMM process into
+// its cgroup as soon as it exists.
 func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
 	for i := range cfg.Disks {
 		cfg.Disks[i].BpsTotal = b.limits.DiskBps
+	}
+	if err := m.limitNetwork(&cfg, b.id, b.limits.NetBps); err != nil {
+		return cfg, err
 	}
 	if m.opts.Cgroups == nil {
 		return cfg, nil
