@@ -22,7 +22,7 @@ func TestKeyMaximumsAndMetrics(t *testing.T) {
 	data := vmmtest.ShortTempDir(t)
 	c, stop := startHostdOn(t, data, func(cfg *hostd.Config) {
 		// testKey is stored under the name "env" (it comes like AGENTBOX_API_KEY).
-		cfg.KeyMaximums = map[string]sandbox.Maximums{"env": {VCPUs: 1, Limits: sandbox.Limits{MaxPids: 100}}}
+		cfg.KeyMaximums = map[string]sandbox.Maximums{"env": {VCPUs: 1, Limits: sandbox.Limits{MaxPids: 100, NetBps: 1 << 20}}}
 	})
 	t.Cleanup(stop)
 	ctx := context.Background()
@@ -32,6 +32,7 @@ func TestKeyMaximumsAndMetrics(t *testing.T) {
 	}{
 		{"vcpus", `vcpus 2 is over the maximum of 1 for API key "env"`, client.CreateSandboxRequest{VCPUs: 2}},
 		{"max_pids", `max_pids 500 is over the maximum of 100 for API key "env"`, client.CreateSandboxRequest{MaxPids: 500}},
+		{"net_bps", `net_bps 2097152 is over the maximum of 1048576 for API key "env"`, client.CreateSandboxRequest{NetBps: 2 << 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.CreateSandbox(ctx, tc.req)

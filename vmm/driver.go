@@ -92,6 +92,11 @@ type Net struct {
 	Tap *os.File
 	// MAC is the guest NIC's address (aa:bb:cc:dd:ee:ff).
 	MAC string
+	// BpsTotal caps the NIC's bandwidth in bytes per second, each direction
+	// on its own (0 = none). Cloud Hypervisor applies it with its own rate
+	// limiter; QEMU ignores it, because hostd shapes the tap with tc for
+	// every backend (hostd/netns.SetRate).
+	BpsTotal int64
 }
 
 // Validate reports the first problem with c, wrapped in ErrInvalidConfig.

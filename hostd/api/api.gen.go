@@ -429,6 +429,9 @@ type CreateSandboxRequest struct {
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
 
+	// NetBps Network bandwidth cap in bytes per second, each direction on its own (at least 8192; 0 = default).
+	NetBps int64 `json:"net_bps,omitempty"`
+
 	// Network Egress policy at create. Everything absent is denied.
 	Network *NetworkPolicyInput `json:"network,omitempty"`
 
@@ -708,6 +711,7 @@ type Limits struct {
 	HostMemoryMiB int     `json:"host_memory_mib"`
 	IdleTimeoutS  int     `json:"idle_timeout_s"`
 	MaxPids       int     `json:"max_pids"`
+	NetBps        int64   `json:"net_bps"`
 	OnTimeout     string  `json:"on_timeout"`
 }
 

@@ -50,12 +50,12 @@ func (s *server) GetMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func limitsOf(req CreateSandboxRequest) sandbox.Limits {
-	return sandbox.Limits{CPUQuota: req.CPUQuota, HostMemoryMiB: req.HostMemoryMiB, DiskMiB: req.DiskMiB, DiskBps: req.DiskBps,
+	return sandbox.Limits{CPUQuota: req.CPUQuota, HostMemoryMiB: req.HostMemoryMiB, DiskMiB: req.DiskMiB, DiskBps: req.DiskBps, NetBps: req.NetBps,
 		MaxPids: req.MaxPids, ExecTimeoutS: req.ExecTimeoutS, IdleTimeoutS: req.IdleTimeoutS, OnTimeout: string(req.OnTimeout)}
 }
 
 func toLimits(l sandbox.Limits) *Limits {
-	return &Limits{CPUQuota: l.CPUQuota, HostMemoryMiB: l.HostMemoryMiB, DiskMiB: l.DiskMiB, DiskBps: l.DiskBps,
+	return &Limits{CPUQuota: l.CPUQuota, HostMemoryMiB: l.HostMemoryMiB, DiskMiB: l.DiskMiB, DiskBps: l.DiskBps, NetBps: l.NetBps,
 		MaxPids: l.MaxPids, ExecTimeoutS: l.ExecTimeoutS, IdleTimeoutS: l.IdleTimeoutS, OnTimeout: l.OnTimeout}
 }
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/hostd/netns"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
 )
@@ -28,6 +30,10 @@ type Limits struct {
 	// DiskBps caps disk bandwidth, reads and writes together, in bytes per
 	// second (QEMU throttling).
 	DiskBps int64 `json:"disk_bps,omitempty"`
+	// NetBps caps network bandwidth in bytes per second, each direction on
+	// its own (tc on the sandbox's tap; Cloud Hypervisor's rate limiter as
+	// well on that backend).
+	NetBps int64 `json:"net_bps,omitempty"`
 	// MaxPids caps the processes that user commands may run at once.
 	MaxPids int `json:"max_pids,omitempty"`
 	// ExecTimeoutS is the default wall-clock timeout of each exec.
@@ -130,6 +136,7 @@ func (m *Manager) resolveLimitsFor(l Limits, caller string) (Limits, error) {
 	mx.HostMemoryMiB = int(lower(float64(mx.HostMemoryMiB), float64(k.HostMemoryMiB)))
 	mx.DiskMiB = int(lower(float64(mx.DiskMiB), float64(k.DiskMiB)))
 	mx.DiskBps = int64(lower(float64(mx.DiskBps), float64(k.DiskBps)))
+	mx.NetBps = int64(lower(float64(mx.NetBps), float64(k.NetBps)))
 	mx.MaxPids = int(lower(float64(mx.MaxPids), float64(k.MaxPids)))
 	mx.ExecTimeoutS = int(lower(float64(mx.ExecTimeoutS), float64(k.ExecTimeoutS)))
 	mx.IdleTimeoutS = int(lower(float64(mx.IdleTimeoutS), float64(k.IdleTimeoutS)))
@@ -144,6 +151,7 @@ func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, err
 	fill(&l.HostMemoryMiB, d.HostMemoryMiB)
 	fill(&l.DiskMiB, d.DiskMiB)
 	fill64(&l.DiskBps, d.DiskBps)
+	fill64(&l.NetBps, d.NetBps)
 	fill(&l.MaxPids, d.MaxPids)
 	fill(&l.ExecTimeoutS, d.ExecTimeoutS)
 	fill(&l.IdleTimeoutS, d.IdleTimeoutS)
@@ -156,7 +164,7 @@ func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, err
 	if l.OnTimeout != OnTimeoutDelete && l.OnTimeout != OnTimeoutPause {
 		return l, fmt.Errorf("%w: on_timeout must be delete or pause, got %q", ErrInvalid, l.OnTimeout)
 	}
-	if l.CPUQuota < 0 || l.HostMemoryMiB < 0 || l.DiskMiB < 0 || l.DiskBps < 0 || l.MaxPids < 0 || l.ExecTimeoutS < 0 || l.IdleTimeoutS < 0 {
+	if l.CPUQuota < 0 || l.HostMemoryMiB < 0 || l.DiskMiB < 0 || l.DiskBps < 0 || l.NetBps < 0 || l.MaxPids < 0 || l.ExecTimeoutS < 0 || l.IdleTimeoutS < 0 {
 		return l, fmt.Errorf("%w: limits must not be negative", ErrInvalid)
 	}
 	checks := []struct {
@@ -167,6 +175,7 @@ func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, err
 		{"host_memory_mib", float64(l.HostMemoryMiB), float64(mx.HostMemoryMiB)},
 		{"disk_mib", float64(l.DiskMiB), float64(mx.DiskMiB)},
 		{"disk_bps", float64(l.DiskBps), float64(mx.DiskBps)},
+		{"net_bps", float64(l.NetBps), float64(mx.NetBps)},
 		{"max_pids", float64(l.MaxPids), float64(mx.MaxPids)},
 		{"exec_timeout_s", float64(l.ExecTimeoutS), float64(mx.ExecTimeoutS)},
 		{"idle_timeout_s", float64(l.IdleTimeoutS), float64(mx.IdleTimeoutS)},
@@ -176,7 +185,7 @@ func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, err
 	}
 	for _, c := range checks {
 		if c.max > 0 && c.got > c.max {
-			return l, fmt.Errorf("%w: %s %v is over the maximum of %v%s", ErrInvalid, c.name, c.got, c.max, who)
+			return l, fmt.Errorf("%w: %s %s is over the maximum of %s%s", ErrInvalid, c.name, num(c.got), num(c.max), who)
 		}
 	}
 	if m.opts.Cgroups == nil && (l.CPUQuota > 0 || l.HostMemoryMiB > 0) {
@@ -188,7 +197,16 @@ func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, err
 	if l.MaxPids > 0 && l.MaxPids < 8 {
 		return l, fmt.Errorf("%w: max_pids must be at least 8", ErrInvalid)
 	}
+	if l.NetBps > 0 && l.NetBps < netns.MinRate {
+		return l, fmt.Errorf("%w: net_bps must be at least %d", ErrInvalid, netns.MinRate)
+	}
 	return l, nil
+}
+
+// num prints a limit in plain decimal (bytes per second are large, and %v
+// would print them as 1.6777216e+07).
+func num(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 func fill(v *int, d int) {
@@ -237,11 +255,15 @@ func (m *Manager) defaultLimits(l Limits) bool {
 	return l == d
 }
 
-// placeVM fills cfg's per-sandbox limits: the disk throttle, and the hook
-// that moves the VMM process into its cgroup as soon as it exists.
+// placeVM fills cfg's per-sandbox limits: the disk throttle, the network
+// rate (set on the tap here), and the hook that moves the VMM process into
+// its cgroup as soon as it exists.
 func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
 	for i := range cfg.Disks {
 		cfg.Disks[i].BpsTotal = b.limits.DiskBps
+	}
+	if err := m.limitNetwork(&cfg, b.id, b.limits.NetBps); err != nil {
+		return cfg, err
 	}
 	if m.opts.Cgroups == nil {
 		return cfg, nil

@@ -11,8 +11,8 @@ func TestResolveLimits(t *testing.T) {
 	m := &Manager{log: slog.New(slog.DiscardHandler), baseMiB: 2048, opts: Options{
 		Cgroups: fakeCgroups{},
 		Limits: LimitOptions{
-			Default: Limits{CPUQuota: 1, MaxPids: 256},
-			Max:     Limits{CPUQuota: 2, HostMemoryMiB: 4096, MaxPids: 1024, IdleTimeoutS: 3600},
+			Default: Limits{CPUQuota: 1, MaxPids: 256, NetBps: 1 << 20},
+			Max:     Limits{CPUQuota: 2, HostMemoryMiB: 4096, MaxPids: 1024, IdleTimeoutS: 3600, NetBps: 8 << 20},
 		},
 	}}
 	tests := []struct {
@@ -21,9 +21,12 @@ func TestResolveLimits(t *testing.T) {
 		want    Limits
 		wantErr string
 	}{
-		{name: "defaults", in: Limits{}, want: Limits{CPUQuota: 1, MaxPids: 256, OnTimeout: OnTimeoutDelete}},
-		{name: "within", in: Limits{CPUQuota: 0.5, DiskMiB: 1024, OnTimeout: OnTimeoutPause},
-			want: Limits{CPUQuota: 0.5, DiskMiB: 1024, MaxPids: 256, OnTimeout: OnTimeoutPause}},
+		{name: "defaults", in: Limits{}, want: Limits{CPUQuota: 1, MaxPids: 256, NetBps: 1 << 20, OnTimeout: OnTimeoutDelete}},
+		{name: "within", in: Limits{CPUQuota: 0.5, DiskMiB: 1024, NetBps: 4 << 20, OnTimeout: OnTimeoutPause},
+			want: Limits{CPUQuota: 0.5, DiskMiB: 1024, MaxPids: 256, NetBps: 4 << 20, OnTimeout: OnTimeoutPause}},
+		{name: "net over max", in: Limits{NetBps: 16 << 20}, wantErr: "net_bps 16777216 is over the maximum of 8388608"},
+		{name: "net below min", in: Limits{NetBps: 1000}, wantErr: "net_bps must be at least 8192"},
+		{name: "net negative", in: Limits{NetBps: -1}, wantErr: "negative"},
 		{name: "cpu over max", in: Limits{CPUQuota: 3}, wantErr: "cpu_quota 3 is over the maximum of 2"},
 		{name: "pids over max", in: Limits{MaxPids: 5000}, wantErr: "max_pids 5000 is over the maximum of 1024"},
 		{name: "disk over base", in: Limits{DiskMiB: 4096}, wantErr: "disk_mib 4096 is over the maximum of 2048"},
@@ -70,7 +73,7 @@ func TestKeyMaximums(t *testing.T) {
 		Cgroups:      fakeCgroups{},
 		DefaultVCPUs: 1, DefaultMemoryMiB: 256, MaxVCPUs: 8, MaxMemoryMiB: 8192,
 		Limits: LimitOptions{Max: Limits{CPUQuota: 4}},
-		KeyMax: map[string]Maximums{"small": {VCPUs: 2, MemoryMiB: 1024, Limits: Limits{CPUQuota: 1}}},
+		KeyMax: map[string]Maximums{"small": {VCPUs: 2, MemoryMiB: 1024, Limits: Limits{CPUQuota: 1, NetBps: 1 << 20}}},
 	}}
 	tests := []struct {
 		name    string
@@ -81,6 +84,7 @@ func TestKeyMaximums(t *testing.T) {
 		{name: "vcpus", opts: CreateOptions{Caller: "small", VCPUs: 4}, wantErr: `vcpus 4 is over the maximum of 2 for API key "small"`},
 		{name: "memory", opts: CreateOptions{Caller: "small", MemoryMiB: 2048}, wantErr: `memory_mib 2048 is over the maximum of 1024 for API key "small"`},
 		{name: "quota", opts: CreateOptions{Caller: "small", Limits: Limits{CPUQuota: 2}}, wantErr: `cpu_quota 2 is over the maximum of 1 for API key "small"`},
+		{name: "net", opts: CreateOptions{Caller: "small", Limits: Limits{NetBps: 2 << 20}}, wantErr: `net_bps 2097152 is over the maximum of 1048576 for API key "small"`},
 		{name: "other key keeps the global max", opts: CreateOptions{Caller: "big", VCPUs: 4, Limits: Limits{CPUQuota: 2}}},
 		{name: "global max", opts: CreateOptions{Caller: "big", Limits: Limits{CPUQuota: 5}}, wantErr: "cpu_quota 5 is over the maximum of 4"},
 	}

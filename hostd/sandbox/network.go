@@ -21,6 +21,9 @@ type Network interface {
 	Attach(ctx context.Context, id string, pol egress.Policy) (*vmm.Net, string, error)
 	// Detach removes id's network (idempotent).
 	Detach(id string) error
+	// SetRate caps each direction of id's tap at bps bytes per second (0:
+	// none). Calling it again replaces the caps.
+	SetRate(id string, bps int64) error
 	// Forget removes id's stored policy.
 	Forget(ctx context.Context, id string) error
 	// Sweep removes namespaces that belong to no live sandbox.
@@ -195,6 +198,23 @@ func (m *Manager) netOf(id string) (*vmm.Net, string) {
 		return a.net, " " + a.cmdline
 	}
 	return a.net, ""
+}
+
+// limitNetwork caps the NIC of cfg (sandbox id's) at bps, with tc on the tap
+// and in cfg.Net for backends with their own limiter. It runs before every
+// boot, restore and resume, so a namespace made again (after a hostd
+// restart) gets the limit again too.
+func (m *Manager) limitNetwork(cfg *vmm.Config, id string, bps int64) error {
+	if cfg.Net == nil || m.opts.Network == nil {
+		return nil
+	}
+	n := *cfg.Net // m.nets holds the original
+	n.BpsTotal = bps
+	cfg.Net = &n
+	if err := m.opts.Network.SetRate(id, bps); err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	return nil
 }
 
 // detachNetwork removes the sandbox's network (namespace, tap, proxy).

@@ -128,6 +128,12 @@ func (s *Service) Detach(id string) error {
 	return ns.Close()
 }
 
+// SetRate caps each direction of sandbox id's tap at bps bytes per second
+// (0 removes the caps); see netns.SetRate.
+func (s *Service) SetRate(id string, bps int64) error {
+	return netns.SetRate(s.inst.Name(id), bps)
+}
+
 // Forget removes sandbox id's stored policy (its events stay).
 func (s *Service) Forget(ctx context.Context, id string) error {
 	return s.st.DeleteNetworkPolicy(ctx, id)

@@ -71,6 +71,30 @@ func diskConfig(i int, disk vmm.Disk) chapi.DiskConfig {
 	return dc
 }
 
+// netConfig describes the NIC of Config.Net (its tap goes in separately,
+// as SCM_RIGHTS).
+func netConfig(n *vmm.Net) chapi.NetConfig {
+	nc := chapi.NetConfig{Id: ptr(netID), RateLimiterConfig: netRateLimiter(n.BpsTotal)}
+	if n.MAC != "" {
+		nc.Mac = ptr(n.MAC)
+	}
+	return nc
+}
+
+// netRateLimiter is the NIC's limiter for bps bytes per second (nil for
+// none). Cloud Hypervisor gives each direction its own bucket of this
+// shape. The bucket holds 100 ms at the rate and at least 64 KiB (one GSO
+// packet), the same burst hostd's tc uses; its refill time is the time the
+// rate takes to fill it.
+func netRateLimiter(bps int64) *chapi.RateLimiterConfig {
+	if bps <= 0 {
+		return nil
+	}
+	size := max(bps/10, 64<<10)
+	refill := max((size*1000+bps/2)/bps, 1)
+	return &chapi.RateLimiterConfig{Bandwidth: &chapi.TokenBucket{Size: size, RefillTime: refill}}
+}
+
 // landlockRules grants what Cloud Hypervisor does not grant itself from the
 // config: the VM's directory (snapshot staging, restore copy, vsock
 // sockets) and the disks' backing files, read-only. The config's own paths

@@ -479,14 +479,15 @@ func TestContractDialWaitsForGuest(t *testing.T) {
 }
 
 // TestContractConfigNet covers vmm.Config.Net: the tap goes in with
-// vm.add-net between vm.create and vm.boot, and a restore passes the new
-// tap as the snapshot's net0.
+// vm.add-net between vm.create and vm.boot, with BpsTotal as its rate
+// limiter, and a restore passes the new tap as the snapshot's net0 and
+// replaces the snapshot's limiter with its own config's.
 func TestContractConfigNet(t *testing.T) {
 	d, records := fakeDriver(t)
 	root := realDir(t, t.TempDir())
 	ctx := context.Background()
 	cfg := testVMConfig(t, root, "sb1")
-	cfg.Net = &vmm.Net{Tap: tapFile(t, "tap-boot"), MAC: "52:54:00:00:00:02"}
+	cfg.Net = &vmm.Net{Tap: tapFile(t, "tap-boot"), MAC: "52:54:00:00:00:02", BpsTotal: 10 << 20}
 	vm, err := d.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -503,7 +504,7 @@ func TestContractConfigNet(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg2 := testVMConfig(t, root, "sb2")
-	cfg2.Net = &vmm.Net{Tap: tapFile(t, "tap-restore"), MAC: "52:54:00:00:00:02"}
+	cfg2.Net = &vmm.Net{Tap: tapFile(t, "tap-restore"), MAC: "52:54:00:00:00:02", BpsTotal: 8 << 10}
 	vm2, err := d.Restore(ctx, cfg2, snap)
 	if err != nil {
 		t.Fatal(err)
@@ -524,5 +525,28 @@ func TestContractConfigNet(t *testing.T) {
 	}
 	if restore := recordsOf(rs, "vm.restore"); len(restore) != 1 || !slices.Equal(restore[0].FDData, []string{"tap-restore"}) {
 		t.Errorf("vm.restore: got %+v", restore)
+	}
+	// 10 MiB/s: a 1 MiB bucket refilled every 100 ms.
+	if add := recordsOf(rs, "vm.add-net"); len(add) == 1 {
+		var nc chapi.NetConfig
+		_ = json.Unmarshal(add[0].Body, &nc)
+		want := chapi.TokenBucket{Size: 1 << 20, RefillTime: 100}
+		if nc.RateLimiterConfig == nil || nc.RateLimiterConfig.Bandwidth == nil || *nc.RateLimiterConfig.Bandwidth != want {
+			t.Errorf("vm.add-net rate_limiter_config: got %s, want bandwidth %+v", add[0].Body, want)
+		}
+	}
+	// 8 KiB/s: the 64 KiB minimum bucket, refilled in 8 s.
+	raw, err := os.ReadFile(filepath.Join(cfg2.Dir, "restored-snapshot", configFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored struct {
+		Net []chapi.NetConfig `json:"net"`
+	}
+	_ = json.Unmarshal(raw, &restored)
+	want := chapi.TokenBucket{Size: 64 << 10, RefillTime: 8000}
+	if len(restored.Net) != 1 || restored.Net[0].RateLimiterConfig == nil || restored.Net[0].RateLimiterConfig.Bandwidth == nil ||
+		*restored.Net[0].RateLimiterConfig.Bandwidth != want {
+		t.Errorf("restored config.json net: got %+v, want bandwidth %+v", restored.Net, want)
 	}
 }

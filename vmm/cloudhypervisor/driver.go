@@ -156,7 +156,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
 	}
 	if cfg.Net != nil {
 		// The tap goes in as SCM_RIGHTS with vm.add-net, before boot.
-		if err := v.AddNet(ctx, netID, cfg.Net.MAC, cfg.Net.Tap); err != nil {
+		if err := v.addNet(ctx, netConfig(cfg.Net), cfg.Net.Tap); err != nil {
 			return nil, v.abort(ctx, err)
 		}
 	}
@@ -214,6 +214,10 @@ func (d *Driver) RestoreWithNets(ctx context.Context, cfg vmm.Config, dir string
 	}
 	for _, disk := range cfg.Disks {
 		edits.disks = append(edits.disks, disk.Path)
+	}
+	if cfg.Net != nil {
+		// The snapshot's limiter is its VM's; this sandbox's may differ.
+		edits.netLimit = &netLimitEdit{id: netID, limiter: netRateLimiter(cfg.Net.BpsTotal)}
 	}
 	rc := restoreConfig{RestoreConfig: chapi.RestoreConfig{
 		SourceUrl:         fileURL(p.restore),

@@ -513,7 +513,11 @@ func (f *fakeCH) addNet(body []byte, fds []int) answer {
 	for i := range invalid {
 		invalid[i] = -1
 	}
-	nets = append(nets, map[string]any{"id": deref(nc.Id), "fds": invalid})
+	n := map[string]any{"id": deref(nc.Id), "fds": invalid}
+	if nc.RateLimiterConfig != nil {
+		n["rate_limiter_config"] = nc.RateLimiterConfig
+	}
+	nets = append(nets, n)
 	f.config["net"] = mustJSON(nets)
 	if f.state == chapi.VmStateCreated {
 		return ok() // cold-added

@@ -88,6 +88,14 @@ type restoreEdits struct {
 	// host may lack Landlock.
 	landlock      bool
 	landlockRules []chapi.LandlockConfig
+	// netLimit, if set, replaces a NIC's rate_limiter_config.
+	netLimit *netLimitEdit
+}
+
+// netLimitEdit sets the NIC id's rate limiter (nil removes it).
+type netLimitEdit struct {
+	id      string
+	limiter *chapi.RateLimiterConfig
 }
 
 // rewriteConfig edits a snapshot's config.json for a new VM. It works on the
@@ -102,6 +110,7 @@ func rewriteConfig(raw []byte, e restoreEdits) ([]byte, error) {
 		editObject(top, "vsock", true, map[string]any{"socket": e.vsockSocket}),
 		editObject(top, "serial", false, map[string]any{"mode": chapi.ConsoleModeFile, "file": e.serialFile}),
 		editDisks(top, e.disks),
+		editNetLimit(top, e.netLimit),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("cloudhypervisor: %s: %w", configFile, err)
@@ -157,6 +166,30 @@ func editDisks(top map[string]json.RawMessage, paths []string) error {
 		}
 	}
 	return setField(top, "disks", disks)
+}
+
+func editNetLimit(top map[string]json.RawMessage, e *netLimitEdit) error {
+	v, ok := top["net"]
+	if e == nil || !ok || string(v) == "null" {
+		return nil
+	}
+	var nets []map[string]json.RawMessage
+	if err := json.Unmarshal(v, &nets); err != nil {
+		return fmt.Errorf("net: %w", err)
+	}
+	for _, n := range nets {
+		var id string
+		if err := json.Unmarshal(n["id"], &id); err != nil || id != e.id {
+			continue
+		}
+		delete(n, "rate_limiter_config")
+		if e.limiter != nil {
+			if err := setField(n, "rate_limiter_config", e.limiter); err != nil {
+				return err
+			}
+		}
+	}
+	return setField(top, "net", nets)
 }
 
 func setField[M ~map[string]json.RawMessage](m M, key string, v any) error {

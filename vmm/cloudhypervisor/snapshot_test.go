@@ -293,3 +293,58 @@ func TestVMSnapshot(t *testing.T) {
 		}
 	})
 }
+
+func TestRewriteConfigNetLimit(t *testing.T) {
+	raw := strings.Replace(snapshotConfig, `"console":`, `"net": [
+    {"id": "net0", "fds": [-1], "rate_limiter_config": {"bandwidth": {"size": 1, "refill_time": 1}}, "future_net_field": 7},
+    {"id": "other", "rate_limiter_config": {"bandwidth": {"size": 2, "refill_time": 2}}}
+  ],
+  "console":`, 1)
+	base := restoreEdits{vsockSocket: "/new/vsock.sock", disks: []string{"/a", "/b"}, serialFile: "/new/c.log"}
+	tests := []struct {
+		name    string
+		limiter *chapi.RateLimiterConfig
+		want    string // net0's rate_limiter_config, "" for none
+	}{
+		{"replaced", netRateLimiter(1 << 20), `{"bandwidth":{"refill_time":100,"size":104857}}`},
+		{"removed", nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := base
+			e.netLimit = &netLimitEdit{id: netID, limiter: tc.limiter}
+			out, err := rewriteConfig([]byte(raw), e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				Net []map[string]json.RawMessage `json:"net"`
+			}
+			if err := json.Unmarshal(out, &got); err != nil || len(got.Net) != 2 {
+				t.Fatalf("got %s, %v", out, err)
+			}
+			if rl := got.Net[0]["rate_limiter_config"]; string(compact(t, rl)) != tc.want {
+				t.Errorf("net0 rate_limiter_config: got %s, want %q", rl, tc.want)
+			}
+			if string(got.Net[0]["future_net_field"]) != "7" {
+				t.Errorf("net0 lost a field it does not know: %s", out)
+			}
+			if rl := compact(t, got.Net[1]["rate_limiter_config"]); string(rl) != `{"bandwidth":{"refill_time":2,"size":2}}` {
+				t.Errorf("another NIC's limiter changed: %s", rl)
+			}
+		})
+	}
+}
+
+func compact(t *testing.T, raw json.RawMessage) []byte {
+	t.Helper()
+	if raw == nil {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	return b
+}

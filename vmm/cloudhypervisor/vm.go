@@ -202,12 +202,16 @@ func (v *VM) Counters(ctx context.Context) (chapi.VmCounters, error) {
 // Restoring a snapshot of this VM needs a new tap for id: see
 // Driver.RestoreWithNets.
 func (v *VM) AddNet(ctx context.Context, id, mac string, tap *os.File) error {
-	if v.proc.exited() {
-		return vmm.ErrNotRunning
-	}
 	cfg := chapi.NetConfig{Id: &id}
 	if mac != "" {
 		cfg.Mac = &mac
+	}
+	return v.addNet(ctx, cfg, tap)
+}
+
+func (v *VM) addNet(ctx context.Context, cfg chapi.NetConfig, tap *os.File) error {
+	if v.proc.exited() {
+		return vmm.ErrNotRunning
 	}
 	_, err := v.api.AddNet(ctx, cfg, []*os.File{tap})
 	return err

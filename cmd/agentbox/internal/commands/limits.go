@@ -18,6 +18,7 @@ func limitFlags() []cli.Flag {
 		&cli.IntFlag{Name: "host-memory", Usage: "host memory cap of the VMM process in MiB"},
 		&cli.IntFlag{Name: "disk", Usage: "root filesystem size the guest can fill, in MiB"},
 		&cli.Int64Flag{Name: "disk-bps", Usage: "disk bandwidth cap in bytes per second"},
+		&cli.Int64Flag{Name: "net-bps", Usage: "network bandwidth cap in bytes per second, each direction"},
 		&cli.IntFlag{Name: "max-pids", Usage: "most processes the sandbox's commands may run at once"},
 		&cli.DurationFlag{Name: "exec-timeout", Usage: "default timeout of each command (e.g. 10m)"},
 		&cli.DurationFlag{Name: "idle-timeout", Usage: "pause the sandbox after this long idle (e.g. 5m)"},
@@ -31,6 +32,7 @@ func setLimits(cmd *cli.Command, req *client.CreateSandboxRequest) {
 	req.HostMemoryMiB = cmd.Int("host-memory")
 	req.DiskMiB = cmd.Int("disk")
 	req.DiskBps = cmd.Int64("disk-bps")
+	req.NetBps = cmd.Int64("net-bps")
 	req.MaxPids = cmd.Int("max-pids")
 	if t := cmd.Duration("exec-timeout"); t > 0 {
 		req.ExecTimeoutS = max(int(t.Seconds()), 1)
