@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Defaults used by FromEnv.
@@ -47,7 +49,8 @@ type Client struct {
 }
 
 // New returns a client of the hostd at baseURL (e.g. http://127.0.0.1:7070)
-// that sends apiKey as a bearer token.
+// that sends apiKey as a bearer token, and the W3C traceparent of the span
+// in each call's ctx, if any.
 func New(baseURL, apiKey string) (*Client, error) {
 	raw, err := NewClient(baseURL,
 		WithHTTPClient(&http.Client{}), // no overall timeout: exec and files stream
@@ -56,6 +59,9 @@ func New(baseURL, apiKey string) (*Client, error) {
 				req.Header.Set("Authorization", "Bearer "+apiKey)
 			}
 			req.Header.Set("User-Agent", "agentbox-go-client")
+			// The caller's trace, if ctx carries a span (OpenTelemetry):
+			// hostd's events then carry its trace id.
+			propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 			return nil
 		}))
 	if err != nil {
