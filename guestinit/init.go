@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/guestinit/agent"
+	"github.com/agentbox/agentbox/guestinit/watch"
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -89,7 +91,11 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
 	if err != nil {
 		return fmt.Errorf("ttrpc server: %w", err)
 	}
-	agent.Register(srv, agent.NewExec(sp, log), agent.NewFiles(), agent.NewSystem(booted))
+	var watcher *watch.Watcher // set before the server starts; Flush is nil-safe
+	exec := agent.NewExec(sp, log, agent.BeforeExit(func() { watcher.Flush() }))
+	agent.Register(srv, exec, agent.NewFiles(), agent.NewSystem(booted))
+	watcher, events := startWatch(log, exec)
+	agentv1.RegisterEventsService(srv, events)
 	router := NewRouter(log)
 	l := router.Listen(vmm.AgentPort)
 	go func() {
@@ -116,6 +122,25 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
 		return fmt.Errorf("no agent channel: no virtio-serial port %q, and vsock: %w", SerialPortName, err)
 	}
 	return nil
+}
+
+// startWatch starts the file watcher (the flight recorder) on the guest's
+// writable filesystems. Without fanotify the Events service still answers,
+// with the reason in watch_error.
+func startWatch(log *slog.Logger, sessions watch.Sessions) (*watch.Watcher, *watch.Service) {
+	ring := watch.NewRing(watch.RingSize)
+	w, err := watch.New(watch.Config{
+		Paths:     watch.WritableMounts("/proc/self/mounts", watch.DefaultIgnore),
+		IgnorePID: os.Getpid(),
+		Sessions:  sessions,
+		Log:       log,
+	}, ring)
+	if err != nil {
+		log.Warn("file events not captured", "err", err)
+		return nil, watch.NewService(ring, err.Error())
+	}
+	go w.Run()
+	return w, watch.NewService(ring, "")
 }
 
 func readCmdline() string {

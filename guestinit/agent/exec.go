@@ -76,6 +76,9 @@ var BaseEnv = map[string]string{
 type Exec struct {
 	spawner Spawner
 	log     *slog.Logger
+	// beforeExit runs after a process has exited and its output is
+	// drained, before the session is marked exited (see BeforeExit).
+	beforeExit func()
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -83,9 +86,24 @@ type Exec struct {
 
 var _ agentv1.ExecService = (*Exec)(nil)
 
+// ExecOption configures an Exec.
+type ExecOption func(*Exec)
+
+// BeforeExit sets a hook that runs once per session after its process has
+// exited, before the exit is visible to Read or List. guestinit flushes the
+// file watcher there, so that a host that sees an exit finds every file
+// event of the command already recorded.
+func BeforeExit(f func()) ExecOption {
+	return func(e *Exec) { e.beforeExit = f }
+}
+
 // NewExec returns an Exec service that starts processes with sp.
-func NewExec(sp Spawner, log *slog.Logger) *Exec {
-	return &Exec{spawner: sp, log: log, sessions: map[string]*session{}}
+func NewExec(sp Spawner, log *slog.Logger, opts ...ExecOption) *Exec {
+	e := &Exec{spawner: sp, log: log, sessions: map[string]*session{}}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
 }
 
 // session is one process and its output.
@@ -294,6 +312,9 @@ func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
 	p.closeParentEnds()
 	if s.stdin != nil {
 		s.stdin.Close()
+	}
+	if e.beforeExit != nil {
+		e.beforeExit()
 	}
 	s.mu.Lock()
 	s.status, s.ended = st, time.Now()

@@ -1,5 +1,5 @@
 // Package agentclient is the host side of the host ↔ guest protocol: a typed
-// client for guestinit's Exec, Files and System services over one agent-channel
+// client for guestinit's Exec, Files, System and Events services over one agent-channel
 // connection. Guest errors come back with their meaning: file errors as
 // *fs.PathError wrapping the guest's syscall.Errno, missing sessions as
 // ErrNoSession.
@@ -35,20 +35,22 @@ var (
 
 // Client talks to one guest agent.
 type Client struct {
-	conn  *ttrpc.Client
-	exec  agentv1.ExecService
-	files agentv1.FilesService
-	sys   agentv1.SystemService
+	conn   *ttrpc.Client
+	exec   agentv1.ExecService
+	files  agentv1.FilesService
+	sys    agentv1.SystemService
+	events agentv1.EventsService
 }
 
 // New wraps an open agent-channel connection. Close closes it.
 func New(conn net.Conn) *Client {
 	c := ttrpc.NewClient(conn)
 	return &Client{
-		conn:  c,
-		exec:  agentv1.NewExecClient(c),
-		files: agentv1.NewFilesClient(c),
-		sys:   agentv1.NewSystemClient(c),
+		conn:   c,
+		exec:   agentv1.NewExecClient(c),
+		files:  agentv1.NewFilesClient(c),
+		sys:    agentv1.NewSystemClient(c),
+		events: agentv1.NewEventsClient(c),
 	}
 }
 

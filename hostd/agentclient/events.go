@@ -24,7 +24,9 @@ type GuestEvent struct {
 	Package *PackageEvent
 }
 
-// FileEvent is a file the guest saw created, modified, deleted or renamed.
+// FileEvent is a change to a file or directory: Op is created, modified,
+// deleted or renamed (then OldPath is set). Size and SHA256 (hex, for
+// regular files up to 1 MiB) describe the content when the guest read it.
 type FileEvent struct {
 	Op, Path, OldPath string
 	Dir               bool
@@ -32,25 +34,41 @@ type FileEvent struct {
 	SHA256            string
 }
 
-// PackageEvent is a package the guest saw installed, removed or upgraded.
+// PackageEvent is a package that a manager (dpkg, pip or npm) installed,
+// removed or upgraded (then OldVersion is set); Path is the metadata file
+// it was detected from.
 type PackageEvent struct{ Manager, Action, Name, Version, OldVersion, Path string }
 
-// NextEvents returns guest events above after (see the proto).
+// NextEvents returns guest events above after (see the proto): at most max
+// (0: the guest's default), waiting up to wait for the first. An after above
+// the guest's newest event returns no events and Head, where a new reader
+// starts; Lost counts events above after that the guest no longer holds.
 func (c *Client) NextEvents(ctx context.Context, after uint64, wait time.Duration, max int) (GuestEvents, error) {
-	r, err := agentv1.NewEventsClient(c.conn).Next(ctx, &agentv1.NextEventsRequest{After: after, WaitMs: uint32(wait / time.Millisecond), Max: uint32(max)})
-	if err != nil {
-		return GuestEvents{}, err
+	waitMs := min(wait.Milliseconds(), int64(^uint32(0)))
+	if waitMs < 0 {
+		waitMs = 0
 	}
-	out := GuestEvents{Head: r.Head, Lost: r.Lost, WatchError: r.WatchError}
+	if max < 0 {
+		max = 0
+	}
+	r, err := c.events.Next(ctx, &agentv1.NextEventsRequest{After: after, WaitMs: uint32(waitMs), Max: uint32(max)})
+	if err != nil {
+		return GuestEvents{}, fromStatus(err)
+	}
+	out := GuestEvents{Head: r.Head, Lost: r.Lost, WatchError: r.WatchError, Events: make([]GuestEvent, 0, len(r.Events))}
 	for _, e := range r.Events {
-		ge := GuestEvent{Seq: e.Seq, Time: time.Unix(0, e.TimeUnixNano), ExecID: e.ExecId, PID: int(e.Pid)}
-		if f := e.GetFile(); f != nil {
-			ge.File = &FileEvent{Op: f.Op, Path: f.Path, OldPath: f.OldPath, Dir: f.Dir, Size: f.Size, SHA256: f.Sha256}
-		}
-		if p := e.GetPackage(); p != nil {
-			ge.Package = &PackageEvent{Manager: p.Manager, Action: p.Action, Name: p.Name, Version: p.Version, OldVersion: p.OldVersion, Path: p.Path}
-		}
-		out.Events = append(out.Events, ge)
+		out.Events = append(out.Events, eventFrom(e))
 	}
 	return out, nil
+}
+
+func eventFrom(e *agentv1.GuestEvent) GuestEvent {
+	g := GuestEvent{Seq: e.Seq, Time: time.Unix(0, e.TimeUnixNano), ExecID: e.ExecId, PID: int(e.Pid)}
+	if f := e.GetFile(); f != nil {
+		g.File = &FileEvent{Op: f.Op, Path: f.Path, OldPath: f.OldPath, Dir: f.Dir, Size: f.Size, SHA256: f.Sha256}
+	}
+	if p := e.GetPackage(); p != nil {
+		g.Package = &PackageEvent{Manager: p.Manager, Action: p.Action, Name: p.Name, Version: p.Version, OldVersion: p.OldVersion, Path: p.Path}
+	}
+	return g
 }

@@ -1,0 +1,114 @@
+package watch
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
+)
+
+// Limits of the ring and of one Next.
+const (
+	RingSize       = 8192 // events kept
+	defaultNextMax = 1024 // events one Next returns when max is 0
+	maxNextMax     = RingSize
+	maxNextWait    = 30 * time.Second
+)
+
+// Ring keeps the newest events, numbered from 1 in the order they were
+// added. It is safe for concurrent use.
+type Ring struct {
+	mu   sync.Mutex
+	buf  []*agentv1.GuestEvent
+	head uint64        // seq of the newest event, 0 before the first
+	more chan struct{} // closed and replaced on every Add
+}
+
+// NewRing returns a ring of n events (RingSize when n <= 0).
+func NewRing(n int) *Ring {
+	if n <= 0 {
+		n = RingSize
+	}
+	return &Ring{buf: make([]*agentv1.GuestEvent, n), more: make(chan struct{})}
+}
+
+// Add numbers ev (setting its Seq) and stores it, dropping the oldest event
+// when the ring is full.
+func (r *Ring) Add(ev *agentv1.GuestEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.head++
+	ev.Seq = r.head
+	r.buf[(r.head-1)%uint64(len(r.buf))] = ev
+	close(r.more)
+	r.more = make(chan struct{})
+}
+
+// Head is the seq of the newest event (0: none yet).
+func (r *Ring) Head() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.head
+}
+
+// Batch is what Next returns.
+type Batch struct {
+	Events []*agentv1.GuestEvent
+	Head   uint64 // seq of the newest event
+	Lost   uint64 // events above after that the ring no longer holds
+}
+
+// Next returns up to max events with a seq above after, oldest first. When
+// after is the newest seq it waits up to wait (at most 30s) for one, or until
+// ctx ends. An after above the newest returns at once with no events and
+// the head, where a new reader starts.
+func (r *Ring) Next(ctx context.Context, after uint64, wait time.Duration, max int) Batch {
+	if max <= 0 {
+		max = defaultNextMax
+	}
+	max = min(max, maxNextMax)
+	wait = min(wait, maxNextWait)
+	var timer <-chan time.Time
+	for {
+		r.mu.Lock()
+		b, more := r.collect(after, max), r.more
+		r.mu.Unlock()
+		if len(b.Events) > 0 || after > b.Head || wait <= 0 {
+			return b
+		}
+		if timer == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-more:
+		case <-timer:
+			return b
+		case <-ctx.Done():
+			return b
+		}
+	}
+}
+
+// collect reads the events above after; r.mu is held.
+func (r *Ring) collect(after uint64, max int) Batch {
+	b := Batch{Head: r.head}
+	if after >= r.head {
+		return b
+	}
+	oldest := uint64(1)
+	if n := uint64(len(r.buf)); r.head > n {
+		oldest = r.head - n + 1
+	}
+	first := after + 1
+	if first < oldest {
+		b.Lost = oldest - first
+		first = oldest
+	}
+	for s := first; s <= r.head && len(b.Events) < max; s++ {
+		b.Events = append(b.Events, r.buf[(s-1)%uint64(len(r.buf))])
+	}
+	return b
+}
