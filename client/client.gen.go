@@ -858,7 +858,9 @@ type PortSettings struct {
 
 // RecorderAudit defines model for RecorderAudit.
 type RecorderAudit struct {
-	Lost       *int64  `json:"lost,omitempty"`
+	Lost *int64 `json:"lost,omitempty"`
+
+	// WatchError Why the guest captures no file events, or that its kernel queue overflowed and some were lost.
 	WatchError *string `json:"watch_error,omitempty"`
 }
 

@@ -23,6 +23,23 @@ type Ring struct {
 	buf  []*agentv1.GuestEvent
 	head uint64        // seq of the newest event, 0 before the first
 	more chan struct{} // closed and replaced on every Add
+	// overflows counts the kernel queue overflows seen (events lost
+	// before they reached the ring).
+	overflows uint64
+}
+
+// Overflowed notes that the kernel dropped events before the ring saw them.
+func (r *Ring) Overflowed() {
+	r.mu.Lock()
+	r.overflows++
+	r.mu.Unlock()
+}
+
+// Overflows is how many times the kernel dropped events.
+func (r *Ring) Overflows() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.overflows
 }
 
 // NewRing returns a ring of n events (RingSize when n <= 0).

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
@@ -24,5 +25,10 @@ func NewService(ring *Ring, watchErr string) *Service {
 // Next returns the events above req.After (see the proto).
 func (s *Service) Next(ctx context.Context, req *agentv1.NextEventsRequest) (*agentv1.NextEventsResponse, error) {
 	b := s.ring.Next(ctx, req.After, time.Duration(req.WaitMs)*time.Millisecond, int(req.Max))
-	return &agentv1.NextEventsResponse{Events: b.Events, Head: b.Head, Lost: b.Lost, WatchError: s.watchErr}, nil
+	werr := s.watchErr
+	if n := s.ring.Overflows(); n > 0 && werr == "" {
+		// The host records each new value once: the count says how often.
+		werr = fmt.Sprintf("the kernel's fanotify queue overflowed %d times; some file events were lost", n)
+	}
+	return &agentv1.NextEventsResponse{Events: b.Events, Head: b.Head, Lost: b.Lost, WatchError: werr}, nil
 }

@@ -251,6 +251,7 @@ func (w *Watcher) drain() {
 func (w *Watcher) handle(ev rawEvent) {
 	if ev.mask&unix.FAN_Q_OVERFLOW != 0 {
 		w.cfg.Log.Warn("watch: fanotify queue overflowed; file events were lost")
+		w.ring.Overflowed()
 		return
 	}
 	if w.cfg.IgnorePID != 0 && ev.pid == w.cfg.IgnorePID {

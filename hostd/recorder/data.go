@@ -141,6 +141,7 @@ type APIData struct {
 type RecorderData struct {
 	// Lost counts guest events the guest dropped before hostd read them.
 	Lost uint64 `json:"lost,omitempty"`
-	// WatchError says why the guest captures no file events.
+	// WatchError says why the guest captures no file events, or that the
+	// kernel dropped some.
 	WatchError string `json:"watch_error,omitempty"`
 }
