@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
@@ -77,6 +78,13 @@ type Config struct {
 	// requests and flight-recorder events) over OTLP/HTTP: "host:port"
 	// (plain HTTP) or an http(s):// URL. Off by default.
 	OTLPEndpoint string
+	// Recorder is "on" (default: the flight recorder keeps every
+	// sandbox's event log) or "off" (no events are kept; the events
+	// route answers 501).
+	Recorder string
+	// EventRetention, if set, drops events older than it (checked with
+	// the reaper's round); zero keeps the log forever.
+	EventRetention time.Duration
 }
 
 // CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.
@@ -119,6 +127,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.VMM, "auto")
 	def(&c.Accel, "auto")
 	def(&c.Network, "proxy")
+	def(&c.Recorder, "on")
 	if c.DefaultVCPUs == 0 {
 		c.DefaultVCPUs = 1
 	}

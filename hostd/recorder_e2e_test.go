@@ -59,9 +59,15 @@ func TestFlightRecorder(t *testing.T) {
 	t.Logf("pip install of a local wheel: %v", time.Since(start).Round(time.Millisecond))
 	run(nil, "sh", "-c", "echo hello > /root/notes.txt")
 	run(nil, "curl", "-sS", "-m", "20", "-o", "/dev/null", "http://allowed.test/plain")
+	// dpkg for real (a package built in the guest); npm is not in the
+	// image, so its layout is written the way npm writes it.
+	run(nil, "sh", "-c", `mkdir -p /root/deb/DEBIAN && printf 'Package: agentbox-demo-deb\nVersion: 1.2-3\nArchitecture: all\nMaintainer: t <t@t.test>\nDescription: demo\n' > /root/deb/DEBIAN/control && dpkg-deb --build /root/deb /root/demo.deb >/dev/null && dpkg -i /root/demo.deb`)
+	run(nil, "sh", "-c", `mkdir -p /root/app/node_modules/left-pad && printf '{"name":"left-pad","version":"1.3.0"}' > /root/app/node_modules/left-pad/package.json`)
 
 	evs := allEvents(t, c, sb.ID)
 	checkFlightOrder(t, evs, tid.String())
+	checkPackage(t, evs, "dpkg", "agentbox-demo-deb", "1.2-3")
+	checkPackage(t, evs, "npm", "left-pad", "1.3.0")
 	for _, e := range evs {
 		if b, _ := json.Marshal(e); bytes.Contains(b, []byte(secretValue)) {
 			t.Errorf("event %d holds an env value: %s", e.ID, b)
@@ -142,6 +148,19 @@ func checkFlightOrder(t *testing.T, evs []client.AuditEvent, traceID string) {
 		}
 		i++
 	}
+}
+
+func checkPackage(t *testing.T, evs []client.AuditEvent, manager, name, version string) {
+	t.Helper()
+	for _, e := range evs {
+		if p := e.Package; p != nil && string(p.Manager) == manager && p.Name == name && p.Version == version && p.Action == "installed" {
+			if e.TraceID == nil {
+				t.Errorf("%s package %s: no trace id", manager, name)
+			}
+			return
+		}
+	}
+	t.Errorf("no %s package event for %s %s", manager, name, version)
 }
 
 func dumpEvents(t *testing.T, evs []client.AuditEvent) {

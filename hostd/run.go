@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/egress"
@@ -65,13 +67,16 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	}
 	defer shutdownTracer(tp, log)
 	tracer := tp.Tracer("github.com/agentbox/agentbox/hostd")
-	rec := recorder.New(recorder.Options{Store: st, Tracer: tracer, KeyName: api.KeyName, Logger: log})
+	rec, events, err := newRecorder(cfg, st, tracer, met.Recorded)
+	if err != nil {
+		return err
+	}
 	opts := sandbox.Options{
 		Driver: drv, Store: st, DataDir: cfg.DataDir,
 		Kernel: cfg.Kernel, Initramfs: cfg.Initramfs, BaseImage: base,
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
 		Network: network,
-		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec,
+		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec, EventRetention: cfg.EventRetention,
 	}
 	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
 		return err
@@ -103,7 +108,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	}
 	defer ports.Close()
 	handler := api.New(api.Options{Manager: mgr, Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
-		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: rec, Tracer: tracer})
+		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer})
 	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }
 
@@ -181,4 +186,18 @@ func shutdownTracer(tp interface{ Shutdown(context.Context) error }, log *slog.L
 	if err := tp.Shutdown(ctx); err != nil {
 		log.Warn("trace export shutdown", "err", err)
 	}
+}
+
+// newRecorder returns the flight recorder, and the same as the API's
+// event log (nil for both when cfg turns it off).
+func newRecorder(cfg Config, st *store.Store, tracer trace.Tracer, counted func(string, int)) (*recorder.Recorder, api.EventLog, error) {
+	switch cfg.Recorder {
+	case "off":
+		return nil, nil, nil
+	case "on":
+	default:
+		return nil, nil, fmt.Errorf("hostd: recorder %q: want on or off", cfg.Recorder)
+	}
+	rec := recorder.New(recorder.Options{Store: st, Tracer: tracer, KeyName: api.KeyName, Counted: counted, Logger: cfg.Logger})
+	return rec, rec, nil
 }

@@ -29,6 +29,7 @@ func run() error {
 	execs := flag.Int("execs", 200, "exec round trips to measure")
 	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
 	netOnly := flag.Bool("network-only", false, "run only the egress proxy benchmarks")
+	recOnly := flag.Bool("recorder-only", false, "run only the flight recorder's cost")
 	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
 	flag.Parse()
 	if *netOnly {
@@ -52,6 +53,13 @@ func run() error {
 	}
 	defer stop()
 	t := &table{}
+	if *recOnly {
+		if err := benchRecorder(ctx, c, t, *execs); err != nil {
+			return err
+		}
+		t.print(os.Stdout)
+		return nil
+	}
 	cold, err := benchBoot(ctx, c, t, *boots)
 	if err != nil {
 		return err
@@ -67,6 +75,9 @@ func run() error {
 		}
 	}
 	if err := benchSnapshots(ctx, c, t, cold); err != nil {
+		return err
+	}
+	if err := benchRecorder(ctx, c, t, *execs); err != nil {
 		return err
 	}
 	if err := benchNetwork(t, *requests); err != nil {

@@ -26,6 +26,7 @@ type Source interface {
 type Metrics struct {
 	reg     *prometheus.Registry
 	latency *prometheus.HistogramVec
+	events  *prometheus.CounterVec
 }
 
 var _ sandbox.Observer = (*Metrics)(nil)
@@ -38,8 +39,17 @@ func New() *Metrics {
 		Help:    "Latency of sandbox operations (create, restore, resume, fork, exec); the count of exec is the exec count.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 	}, []string{"op"})
-	m.reg.MustRegister(m.latency)
+	m.events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentbox_recorder_events_total",
+		Help: "Events written to the flight recorder, by type.",
+	}, []string{"type"})
+	m.reg.MustRegister(m.latency, m.events)
 	return m
+}
+
+// Recorded counts n events of type typ written to the flight recorder.
+func (m *Metrics) Recorded(typ string, n int) {
+	m.events.WithLabelValues(typ).Add(float64(n))
 }
 
 // Since records that op started at t0 and has ended.

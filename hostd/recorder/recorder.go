@@ -40,6 +40,7 @@ type Store interface {
 	AddEvents(ctx context.Context, evs []store.Event) error
 	ListEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error)
 	HasEvents(ctx context.Context, id string) (bool, error)
+	DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error)
 }
 
 // Cause links an event to what caused it.
@@ -71,6 +72,8 @@ type Options struct {
 	Tracer trace.Tracer
 	// KeyName names the API key of ctx's request; nil names none.
 	KeyName func(ctx context.Context) string
+	// Counted, if set, is told how many events of each type were stored.
+	Counted func(typ string, n int)
 	Logger  *slog.Logger
 }
 
@@ -140,6 +143,15 @@ func (r *Recorder) Add(ctx context.Context, entries ...Entry) {
 	}
 	r.export(entries, evs)
 	r.wake(evs)
+	if r.opts.Counted != nil {
+		counts := map[string]int{}
+		for _, e := range evs {
+			counts[e.Type]++
+		}
+		for t, n := range counts {
+			r.opts.Counted(t, n)
+		}
+	}
 }
 
 // Subscribe returns a channel that receives a value after new events of
@@ -188,4 +200,9 @@ func (r *Recorder) List(ctx context.Context, q store.EventQuery) ([]store.Event,
 // Known reports whether sandbox id has a log.
 func (r *Recorder) Known(ctx context.Context, id string) (bool, error) {
 	return r.opts.Store.HasEvents(ctx, id)
+}
+
+// Prune drops the events recorded before t, of every sandbox.
+func (r *Recorder) Prune(ctx context.Context, t time.Time) (int64, error) {
+	return r.opts.Store.DeleteEventsBefore(ctx, t)
 }

@@ -66,6 +66,9 @@ type Options struct {
 	Metrics Observer
 	// Recorder, if set, keeps the flight recorder's log (record.go).
 	Recorder *recorder.Recorder
+	// EventRetention, if set, is how long events are kept (the reaper
+	// drops older ones); zero keeps them.
+	EventRetention time.Duration
 }
 
 // Validate checks the options.

@@ -30,6 +30,20 @@ func (m *Manager) Reap(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 		suspects = m.reapOnce(ctx, suspects)
+		m.pruneEvents(ctx)
+	}
+}
+
+// pruneEvents drops flight-recorder events older than EventRetention.
+func (m *Manager) pruneEvents(ctx context.Context) {
+	if m.opts.Recorder == nil || m.opts.EventRetention <= 0 {
+		return
+	}
+	n, err := m.opts.Recorder.Prune(ctx, time.Now().Add(-m.opts.EventRetention))
+	if err != nil {
+		m.log.Error("prune events", "err", err)
+	} else if n > 0 {
+		m.log.Info("pruned old events", "count", n, "retention", m.opts.EventRetention)
 	}
 }
 

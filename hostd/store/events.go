@@ -134,3 +134,12 @@ func (s *Store) HasEvents(ctx context.Context, id string) (bool, error) {
 	}
 	return n > 0, nil
 }
+
+// DeleteEventsBefore removes the events older than t and returns how many.
+func (s *Store) DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM events WHERE time < ?`, t.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("store: delete old events: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -48,6 +48,9 @@ func TestEventsFilterAndPage(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", tc.name, types, tc.want)
 		}
 	}
+	if n, err := s.DeleteEventsBefore(ctx, t0.Add(time.Second)); n != 2 || err != nil {
+		t.Errorf("DeleteEventsBefore: %d, %v, want 2 (a's first, b's)", n, err)
+	}
 	if ok, err := s.HasEvents(ctx, "a"); !ok || err != nil {
 		t.Errorf("HasEvents(a) = %v, %v", ok, err)
 	}
