@@ -59,6 +59,9 @@ func diskConfig(i int, disk vmm.Disk) chapi.DiskConfig {
 		Readonly: ptr(disk.ReadOnly),
 		Id:       ptr(fmt.Sprintf("disk%d", i)),
 		Serial:   ptr(fmt.Sprintf("agentbox-disk%d", i)),
+		// Cloud Hypervisor's disk limiter takes reads and writes from one
+		// bucket, like QEMU's bps-total.
+		RateLimiterConfig: rateLimiter(disk.BpsTotal),
 	}
 	if disk.Raw {
 		dc.ImageType = ptr(chapi.ImageTypeRaw)
@@ -74,19 +77,19 @@ func diskConfig(i int, disk vmm.Disk) chapi.DiskConfig {
 // netConfig describes the NIC of Config.Net (its tap goes in separately,
 // as SCM_RIGHTS).
 func netConfig(n *vmm.Net) chapi.NetConfig {
-	nc := chapi.NetConfig{Id: ptr(netID), RateLimiterConfig: netRateLimiter(n.BpsTotal)}
+	nc := chapi.NetConfig{Id: ptr(netID), RateLimiterConfig: rateLimiter(n.BpsTotal)}
 	if n.MAC != "" {
 		nc.Mac = ptr(n.MAC)
 	}
 	return nc
 }
 
-// netRateLimiter is the NIC's limiter for bps bytes per second (nil for
-// none). Cloud Hypervisor gives each direction its own bucket of this
-// shape. The bucket holds 100 ms at the rate and at least 64 KiB (one GSO
+// rateLimiter is a NIC's or disk's limiter for bps bytes per second (nil
+// for none). Cloud Hypervisor gives each direction of a NIC its own bucket
+// of this shape. The bucket holds 100 ms at the rate and at least 64 KiB (one GSO
 // packet), the same burst hostd's tc uses; its refill time is the time the
 // rate takes to fill it.
-func netRateLimiter(bps int64) *chapi.RateLimiterConfig {
+func rateLimiter(bps int64) *chapi.RateLimiterConfig {
 	if bps <= 0 {
 		return nil
 	}

@@ -482,12 +482,15 @@ func TestContractDialWaitsForGuest(t *testing.T) {
 // vm.add-net between vm.create and vm.boot, with BpsTotal as its rate
 // limiter, and a restore passes the new tap as the snapshot's net0 and
 // replaces the snapshot's limiter with its own config's.
+// TestContractConfigNet also checks the NIC's and the disk's rate limiters,
+// at boot and as rewritten for a restore.
 func TestContractConfigNet(t *testing.T) {
 	d, records := fakeDriver(t)
 	root := realDir(t, t.TempDir())
 	ctx := context.Background()
 	cfg := testVMConfig(t, root, "sb1")
 	cfg.Net = &vmm.Net{Tap: tapFile(t, "tap-boot"), MAC: "52:54:00:00:00:02", BpsTotal: 10 << 20}
+	cfg.Disks[0].BpsTotal = 10 << 20
 	vm, err := d.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -505,6 +508,7 @@ func TestContractConfigNet(t *testing.T) {
 	}
 	cfg2 := testVMConfig(t, root, "sb2")
 	cfg2.Net = &vmm.Net{Tap: tapFile(t, "tap-restore"), MAC: "52:54:00:00:00:02", BpsTotal: 8 << 10}
+	cfg2.Disks[0].BpsTotal = 8 << 10
 	vm2, err := d.Restore(ctx, cfg2, snap)
 	if err != nil {
 		t.Fatal(err)
@@ -535,18 +539,33 @@ func TestContractConfigNet(t *testing.T) {
 			t.Errorf("vm.add-net rate_limiter_config: got %s, want bandwidth %+v", add[0].Body, want)
 		}
 	}
+	if create := recordsOf(rs, "vm.create"); len(create) == 1 {
+		var vc chapi.VmConfig
+		_ = json.Unmarshal(create[0].Body, &vc)
+		want := chapi.TokenBucket{Size: 1 << 20, RefillTime: 100}
+		if vc.Disks == nil || len(*vc.Disks) != 1 || !hasBandwidth((*vc.Disks)[0].RateLimiterConfig, want) {
+			t.Errorf("vm.create disks: got %s, want bandwidth %+v", create[0].Body, want)
+		}
+	}
 	// 8 KiB/s: the 64 KiB minimum bucket, refilled in 8 s.
 	raw, err := os.ReadFile(filepath.Join(cfg2.Dir, "restored-snapshot", configFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var restored struct {
-		Net []chapi.NetConfig `json:"net"`
+		Net   []chapi.NetConfig  `json:"net"`
+		Disks []chapi.DiskConfig `json:"disks"`
 	}
 	_ = json.Unmarshal(raw, &restored)
 	want := chapi.TokenBucket{Size: 64 << 10, RefillTime: 8000}
-	if len(restored.Net) != 1 || restored.Net[0].RateLimiterConfig == nil || restored.Net[0].RateLimiterConfig.Bandwidth == nil ||
-		*restored.Net[0].RateLimiterConfig.Bandwidth != want {
+	if len(restored.Net) != 1 || !hasBandwidth(restored.Net[0].RateLimiterConfig, want) {
 		t.Errorf("restored config.json net: got %+v, want bandwidth %+v", restored.Net, want)
 	}
+	if len(restored.Disks) != 1 || !hasBandwidth(restored.Disks[0].RateLimiterConfig, want) {
+		t.Errorf("restored config.json disks: got %+v, want bandwidth %+v", restored.Disks, want)
+	}
+}
+
+func hasBandwidth(rl *chapi.RateLimiterConfig, want chapi.TokenBucket) bool {
+	return rl != nil && rl.Bandwidth != nil && *rl.Bandwidth == want
 }

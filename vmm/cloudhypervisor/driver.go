@@ -214,10 +214,11 @@ func (d *Driver) RestoreWithNets(ctx context.Context, cfg vmm.Config, dir string
 	}
 	for _, disk := range cfg.Disks {
 		edits.disks = append(edits.disks, disk.Path)
+		edits.diskLimits = append(edits.diskLimits, rateLimiter(disk.BpsTotal))
 	}
 	if cfg.Net != nil {
 		// The snapshot's limiter is its VM's; this sandbox's may differ.
-		edits.netLimit = &netLimitEdit{id: netID, limiter: netRateLimiter(cfg.Net.BpsTotal)}
+		edits.netLimit = &netLimitEdit{id: netID, limiter: rateLimiter(cfg.Net.BpsTotal)}
 	}
 	rc := restoreConfig{RestoreConfig: chapi.RestoreConfig{
 		SourceUrl:         fileURL(p.restore),

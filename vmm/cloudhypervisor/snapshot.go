@@ -82,7 +82,10 @@ func moveSnapshot(staging, dir string) error {
 type restoreEdits struct {
 	vsockSocket string
 	disks       []string // one per disk of the snapshot, in order
-	serialFile  string
+	// diskLimits are the disks' rate limiters (nil: none), in that order:
+	// the snapshot's are its VM's, this sandbox's may differ.
+	diskLimits []*chapi.RateLimiterConfig
+	serialFile string
 	// landlock and landlockRules replace landlock_enable and
 	// landlock_rules: the old VM's rules name its own directory, and this
 	// host may lack Landlock.
@@ -109,7 +112,7 @@ func rewriteConfig(raw []byte, e restoreEdits) ([]byte, error) {
 	err := errors.Join(
 		editObject(top, "vsock", true, map[string]any{"socket": e.vsockSocket}),
 		editObject(top, "serial", false, map[string]any{"mode": chapi.ConsoleModeFile, "file": e.serialFile}),
-		editDisks(top, e.disks),
+		editDisks(top, e.disks, e.diskLimits),
 		editNetLimit(top, e.netLimit),
 	)
 	if err != nil {
@@ -147,7 +150,7 @@ func editObject(top map[string]json.RawMessage, key string, required bool, field
 	return setField(top, key, obj)
 }
 
-func editDisks(top map[string]json.RawMessage, paths []string) error {
+func editDisks(top map[string]json.RawMessage, paths []string, limits []*chapi.RateLimiterConfig) error {
 	var disks []map[string]json.RawMessage
 	if v, ok := top["disks"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &disks); err != nil {
@@ -163,6 +166,15 @@ func editDisks(top map[string]json.RawMessage, paths []string) error {
 	for i := range disks {
 		if err := setField(disks[i], "path", paths[i]); err != nil {
 			return err
+		}
+		if limits == nil {
+			continue
+		}
+		delete(disks[i], "rate_limiter_config")
+		if i < len(limits) && limits[i] != nil {
+			if err := setField(disks[i], "rate_limiter_config", limits[i]); err != nil {
+				return err
+			}
 		}
 	}
 	return setField(top, "disks", disks)

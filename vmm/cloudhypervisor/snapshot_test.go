@@ -306,7 +306,7 @@ func TestRewriteConfigNetLimit(t *testing.T) {
 		limiter *chapi.RateLimiterConfig
 		want    string // net0's rate_limiter_config, "" for none
 	}{
-		{"replaced", netRateLimiter(1 << 20), `{"bandwidth":{"refill_time":100,"size":104857}}`},
+		{"replaced", rateLimiter(1 << 20), `{"bandwidth":{"refill_time":100,"size":104857}}`},
 		{"removed", nil, ""},
 	}
 	for _, tc := range tests {
