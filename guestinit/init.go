@@ -77,7 +77,7 @@ func run(log *slog.Logger, booted time.Time) error {
 		return fmt.Errorf("network: %w", err)
 	}
 	reaper := NewReaper()
-	if err := serveAgent(log, reaper, booted); err != nil {
+	if err := serveAgent(log, reaper, booted, args["agentbox.watch"] != "off"); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stdout, "%s in %v\n", ReadyMarker, time.Since(booted).Round(time.Millisecond))
@@ -85,8 +85,10 @@ func run(log *slog.Logger, booted time.Time) error {
 	return errors.New("reaper stopped")
 }
 
-// serveAgent starts the ttrpc services on the agent port of every transport.
-func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
+// serveAgent starts the ttrpc services on the agent port of every transport;
+// with watchFiles, the file watcher too (agentbox.watch=off: hostd keeps no
+// flight recorder, so the guest need not pay for one).
+func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles bool) error {
 	srv, err := ttrpc.NewServer()
 	if err != nil {
 		return fmt.Errorf("ttrpc server: %w", err)
@@ -94,7 +96,12 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time) error {
 	var watcher *watch.Watcher // set before the server starts; Flush is nil-safe
 	exec := agent.NewExec(sp, log, agent.BeforeExit(func() { watcher.Flush() }))
 	agent.Register(srv, exec, agent.NewFiles(), agent.NewSystem(booted))
-	watcher, events := startWatch(log, exec)
+	var events *watch.Service
+	if watchFiles {
+		watcher, events = startWatch(log, exec)
+	} else {
+		events = watch.NewService(watch.NewRing(1), "the host turned file events off (agentbox.watch=off)")
+	}
 	agentv1.RegisterEventsService(srv, events)
 	router := NewRouter(log)
 	l := router.Listen(vmm.AgentPort)

@@ -3,7 +3,7 @@ package watch
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
+	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -50,16 +50,19 @@ func (w *Watcher) fileEvents(ev rawEvent) (now, later []*agentv1.FileEvent) {
 		return nil, nil
 	}
 	mask := ev.mask
-	_, statErr := os.Lstat(p)
 	if mask&unix.FAN_DELETE != 0 && mask&(unix.FAN_CREATE|unix.FAN_CLOSE_WRITE) != 0 {
-		if statErr == nil && mask&unix.FAN_CREATE != 0 {
+		if _, statErr := os.Lstat(p); statErr == nil && mask&unix.FAN_CREATE != 0 {
 			now = append(now, w.deleted(p, dir)) // deleted, then created again
 		} else {
 			later = append(later, &agentv1.FileEvent{Op: opDeleted, Path: p, Dir: dir})
 		}
 		mask &^= unix.FAN_DELETE
 	}
-	if mask&unix.FAN_CREATE != 0 {
+	switch {
+	case mask&unix.FAN_CREATE != 0 && mask&unix.FAN_CLOSE_WRITE != 0 && !dir:
+		// Created and written (merged): closedWrite reports it once.
+		w.created.add(p)
+	case mask&unix.FAN_CREATE != 0:
 		if dir {
 			w.res.remember(ev, rec.fsid, p)
 		}
@@ -125,6 +128,7 @@ func (w *Watcher) renamed(ev rawEvent, dir bool) []*agentv1.FileEvent {
 		return nil
 	}
 	if dir {
+		w.res.moved(oldPath, newPath)
 		w.res.remember(ev, newRec.fsid, newPath)
 	}
 	if w.created.remove(oldPath) {
@@ -147,36 +151,56 @@ func (w *Watcher) ignored(p string) bool {
 // renamed since), else by path; non-blocking, and checked to be regular,
 // since the entry may be a FIFO by now.
 func (w *Watcher) describe(ev rawEvent, p string) (int64, string) {
-	var f *os.File
+	fd := -1
 	if rec, ok := ev.record(unix.FAN_EVENT_INFO_TYPE_FID); ok {
-		if fd, err := w.res.openFile(rec, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC); err == nil {
-			f = os.NewFile(uintptr(fd), p)
+		if f, err := w.res.openFile(rec, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC); err == nil {
+			fd = f
 		}
 	}
-	if f == nil {
-		var err error
-		if f, err = os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0); err != nil {
+	if fd < 0 {
+		f, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
 			return 0, ""
 		}
+		fd = f
 	}
-	defer f.Close()
-	return hashFile(f)
+	defer unix.Close(fd)
+	return w.hashFD(fd)
 }
 
-func hashFile(f *os.File) (int64, string) {
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
+// hashFD is describe's size and sha256 of an open file. It works on the raw
+// descriptor with one reused buffer: an *os.File would cost three more
+// system calls per file (poller registration), dear under emulation.
+func (w *Watcher) hashFD(fd int) (int64, string) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return 0, ""
 	}
-	if fi.Size() > maxHashBytes {
-		return fi.Size(), ""
+	if st.Size > maxHashBytes {
+		return st.Size, ""
+	}
+	if w.hashBuf == nil {
+		w.hashBuf = make([]byte, 64<<10)
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, maxHashBytes+1))
-	if err != nil || n > maxHashBytes {
-		return max(n, fi.Size()), ""
+	var n int64
+	for n <= maxHashBytes {
+		k, err := unix.Read(fd, w.hashBuf)
+		if k > 0 {
+			h.Write(w.hashBuf[:k])
+			n += int64(k)
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return max(n, st.Size), ""
+		}
+		if k == 0 {
+			return n, hex.EncodeToString(h.Sum(nil))
+		}
 	}
-	return n, hex.EncodeToString(h.Sum(nil))
+	return n, "" // it grew past the limit while read
 }
 
 // pathSet is a set of paths that forgets the oldest when full.

@@ -15,10 +15,12 @@ const maxCachedDirs = 4096
 
 // resolver turns fanotify's directory file handles into paths. It opens a
 // handle with open_by_handle_at(2) on a descriptor of the marked filesystem
-// and reads the path back from /proc/self/fd. A directory that is already
-// gone cannot be opened, so the last path each handle resolved to is cached
-// and used then (e.g. for the entries that `rm -r` deletes inside a
-// directory it deletes next).
+// and reads the path back from /proc/self/fd, once: the path is cached by
+// handle, and the watcher moves cached paths along when it sees a directory
+// renamed (moved), so events are named as of when they happened. The cache
+// also names directories that are already gone (e.g. the entries that
+// `rm -r` deletes inside a directory it deletes next). Opening a handle per
+// event cost most of the watcher's time under emulation.
 type resolver struct {
 	mounts map[[2]int32]int // fsid → an O_PATH fd on that filesystem
 	cache  map[string]string
@@ -59,18 +61,31 @@ func (r *resolver) path(rec fidRecord) (string, error) {
 // dir returns the path of the directory a record's handle names.
 func (r *resolver) dir(rec fidRecord) (string, error) {
 	key := rec.key()
-	p, err := r.open(rec)
-	if err == nil {
-		if len(r.cache) >= maxCachedDirs {
-			clear(r.cache)
-		}
-		r.cache[key] = p
-		return p, nil
-	}
 	if p, ok := r.cache[key]; ok {
 		return p, nil
 	}
-	return "", err
+	p, err := r.open(rec)
+	if err != nil {
+		return "", err
+	}
+	if len(r.cache) >= maxCachedDirs {
+		clear(r.cache)
+	}
+	r.cache[key] = p
+	return p, nil
+}
+
+// moved renames the cached paths of directory from and everything under it
+// to the same places under to.
+func (r *resolver) moved(from, to string) {
+	for k, p := range r.cache {
+		switch {
+		case p == from:
+			r.cache[k] = to
+		case strings.HasPrefix(p, from+"/"):
+			r.cache[k] = to + p[len(from):]
+		}
+	}
 }
 
 // remember caches p as the path of the directory whose own handle is in

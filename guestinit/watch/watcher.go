@@ -69,6 +69,10 @@ type Watcher struct {
 	det     *detector
 	buf     []byte
 	later   []laterEvent // events recorded at the end of the drain
+	// hashBuf is describe's read buffer; sessions caches SessionOf for
+	// one drain.
+	hashBuf  []byte
+	sessions map[int]string
 
 	mu      sync.Mutex
 	flushes []chan struct{} // Flush calls waiting for the next drain
@@ -156,6 +160,8 @@ func (w *Watcher) Run() {
 		if fds[1].Revents != 0 {
 			var b [8]byte
 			_, _ = unix.Read(w.wake, b[:])
+		} else {
+			w.linger()
 		}
 		w.mu.Lock()
 		waiting, closing := w.flushes, w.closing
@@ -170,6 +176,23 @@ func (w *Watcher) Run() {
 		if closing {
 			return
 		}
+	}
+}
+
+// lingerFor is how long the watcher lets a burst of events queue up before
+// it reads them (a Flush ends the wait at once).
+const lingerFor = 25 // ms
+
+// linger waits lingerFor, or until a Flush or Close pokes. Reading events
+// one by one as they come would interrupt a writing process at each file
+// (a context switch per event, dear on a small or emulated CPU); after the
+// wait, one read takes the whole burst, and the kernel has merged the
+// events of each name (create, write, close) into one.
+func (w *Watcher) linger() {
+	fds := []unix.PollFd{{Fd: int32(w.wake), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(fds, lingerFor); n > 0 {
+		var b [8]byte
+		_, _ = unix.Read(w.wake, b[:])
 	}
 }
 
@@ -224,6 +247,7 @@ func (w *Watcher) closeFDs() {
 
 // drain reads and handles every queued event, until the fd would block.
 func (w *Watcher) drain() {
+	defer clear(w.sessions)
 	defer w.recordLater("/")
 	for {
 		n, err := unix.Read(w.fan, w.buf)
@@ -261,10 +285,7 @@ func (w *Watcher) handle(ev rawEvent) {
 	if len(now)+len(later) == 0 {
 		return
 	}
-	execID := ""
-	if w.cfg.Sessions != nil {
-		execID = w.cfg.Sessions.SessionOf(ev.pid)
-	}
+	execID := w.sessionOf(ev.pid)
 	for _, f := range now {
 		if f.Op == opDeleted && f.Dir {
 			w.recordLater(f.Path) // what was deleted inside it first
@@ -313,4 +334,22 @@ func (w *Watcher) record(pid int, execID string, f *agentv1.FileEvent) {
 		ge := &agentv1.GuestEvent{TimeUnixNano: now, ExecId: execID, Pid: int32(pid), Kind: &agentv1.GuestEvent_Package{Package: p}}
 		w.ring.Add(ge)
 	}
+}
+
+// sessionOf is Sessions.SessionOf, remembered for the rest of one drain:
+// a burst of events mostly comes from one process, and the lookup reads
+// /proc.
+func (w *Watcher) sessionOf(pid int) string {
+	if w.cfg.Sessions == nil {
+		return ""
+	}
+	if id, ok := w.sessions[pid]; ok {
+		return id
+	}
+	id := w.cfg.Sessions.SessionOf(pid)
+	if w.sessions == nil {
+		w.sessions = map[int]string{}
+	}
+	w.sessions[pid] = id
+	return id
 }

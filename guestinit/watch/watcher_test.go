@@ -118,6 +118,30 @@ func TestWatcherFileOps(t *testing.T) {
 	}
 }
 
+// TestWatcherDirectoryMoved checks that entries of a moved directory are
+// named by where it was when they changed, and by its new place after.
+func TestWatcherDirectoryMoved(t *testing.T) {
+	dir := t.TempDir()
+	w, ring := startWatcher(t, dir)
+	for _, step := range []func() error{
+		func() error { return os.MkdirAll(filepath.Join(dir, "a", "sub"), 0o755) },
+		func() error { return os.WriteFile(filepath.Join(dir, "a", "sub", "x"), []byte("x"), 0o644) },
+		func() error { w.Flush(); return nil }, // the cache now knows a and a/sub
+		func() error { return os.Rename(filepath.Join(dir, "a"), filepath.Join(dir, "b")) },
+		func() error { return os.WriteFile(filepath.Join(dir, "b", "sub", "y"), []byte("y"), 0o644) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	got, _ := eventsUnder(ring, dir)
+	want := []string{"created /a dir", "created /a/sub dir", "created /a/sub/x", "renamed /b from /a dir", "created /b/sub/y"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestWatcherIgnoresOwnPID(t *testing.T) {
 	dir := t.TempDir()
 	ring := NewRing(16)

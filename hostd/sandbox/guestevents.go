@@ -25,6 +25,12 @@ const guestPollWait = 5 * time.Second
 // guestBatch caps the events of one pull.
 const guestBatch = 512
 
+// guestPollGap is the least time between two long polls. Without it a
+// burst of file writes would cost one round trip over the agent channel per
+// event, paid for by the guest's CPU; with it, a burst comes in batches.
+// (An exec's end drains at once, so no event waits for this.)
+const guestPollGap = 250 * time.Millisecond
+
 // guestCursor is the position of hostd's reader in a sandbox's guest ring.
 // mu orders the recording: one batch at a time, never one twice.
 type guestCursor struct {
@@ -70,6 +76,7 @@ func (m *Manager) pollGuest(b *box, g *guestCursor) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for ctx.Err() == nil {
+		start := time.Now()
 		err := m.pullGuest(ctx, b, g, guestPollWait)
 		g.mu.Lock()
 		off := g.off
@@ -77,10 +84,14 @@ func (m *Manager) pollGuest(b *box, g *guestCursor) {
 		if off {
 			return
 		}
+		gap := guestPollGap - time.Since(start)
 		if err != nil {
+			gap = time.Second
+		}
+		if gap > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(gap):
 			}
 		}
 	}

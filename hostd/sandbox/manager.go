@@ -352,10 +352,13 @@ func (b *box) nextOverlay() string {
 }
 
 func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
-	nic, netArgs := m.netOf(rec.ID) // see network.go
+	nic, args := m.netOf(rec.ID) // see network.go
+	if m.opts.Recorder == nil {
+		args += " agentbox.watch=off" // no log to feed: no guest watcher
+	}
 	return vmm.Config{
 		ID: rec.ID, Dir: rec.Dir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
-		Cmdline: "agentbox.hostname=" + rec.ID + netArgs, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
+		Cmdline: "agentbox.hostname=" + rec.ID + args, VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB,
 		Disks: []vmm.Disk{{Path: overlay}}, ConsoleLog: filepath.Join(rec.Dir, "console.log"), Net: nic,
 	}
 }
