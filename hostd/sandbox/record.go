@@ -52,6 +52,16 @@ func (r *recState) init() {
 	r.guest = map[string]*guestCursor{}
 }
 
+// prune forgets sandbox id's execs that ended over endGrace ago. Call with
+// mu held.
+func (r *recState) prune(id string) {
+	for execID, t := range r.execs[id] {
+		if !t.ended.IsZero() && time.Since(t.ended) > endGrace {
+			delete(r.execs[id], execID)
+		}
+	}
+}
+
 // setState stores a sandbox's state and records the change.
 func (m *Manager) setState(ctx context.Context, id string, st State, errMsg string, pid int) error {
 	if err := m.opts.Store.SetSandboxState(ctx, id, string(st), errMsg, pid); err != nil {
@@ -84,11 +94,7 @@ func (m *Manager) execStarted(ctx context.Context, b *box, argv []string, cwd st
 	if m.rs.execs[b.id] == nil {
 		m.rs.execs[b.id] = map[string]*execTrack{}
 	}
-	for id, o := range m.rs.execs[b.id] {
-		if !o.ended.IsZero() && time.Since(o.ended) > endGrace {
-			delete(m.rs.execs[b.id], id)
-		}
-	}
+	m.rs.prune(b.id)
 	m.rs.execs[b.id][execID] = t
 	t.awaited = true
 	m.rs.mu.Unlock()
@@ -189,18 +195,16 @@ func (m *Manager) resumeExecs(b *box) {
 	}
 }
 
-// activeCause is the cause of sandbox id's newest running exec, to which
-// its network traffic is attributed ("" exec id when none runs).
+// activeCause is the cause of the exec to which sandbox id's network
+// traffic is attributed: its newest running exec, else the one that ended
+// last within endGrace ("" exec id when there is none).
 func (m *Manager) activeCause(id string) (recorder.Cause, string) {
 	m.rs.mu.Lock()
 	defer m.rs.mu.Unlock()
+	m.rs.prune(id)
 	var best *execTrack
 	var bestID string
 	for execID, t := range m.rs.execs[id] {
-		if !t.ended.IsZero() && time.Since(t.ended) > endGrace {
-			delete(m.rs.execs[id], execID)
-			continue
-		}
 		if best == nil || (t.ended.IsZero() && !best.ended.IsZero()) || (t.ended.IsZero() == best.ended.IsZero() && t.started.After(best.started)) {
 			best, bestID = t, execID
 		}
