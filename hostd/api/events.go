@@ -192,6 +192,12 @@ func (s *server) followEvents(w http.ResponseWriter, r *http.Request, q store.Ev
 		if len(evs) == exportPage {
 			continue
 		}
+		// A type filter may hide the deletion event: look for the sandbox.
+		if len(evs) == 0 && len(q.Types) > 0 && lw.started {
+			if _, err := s.m.Get(r.Context(), q.SandboxID); errors.Is(err, sandbox.ErrNotFound) {
+				return
+			}
+		}
 		select {
 		case <-wake:
 		case <-r.Context().Done():

@@ -149,12 +149,25 @@ func TestEventsFollowEndsAtDeletion(t *testing.T) {
 	if sc.Scan() {
 		t.Errorf("stream went on after the deletion: %s", sc.Text())
 	}
-	// The log outlives the sandbox.
+	// A follow whose filter hides the deletion ends when the sandbox is gone.
+	resp = env.do(t, "GET", "/v1/sandboxes/sb1/events?follow=true&type=exec", nil)
+	done := make(chan int)
+	go func() { done <- countLines(t, resp) }()
 	if err := env.m.Delete(ctx, "sb1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := decodeEvents(t, env.do(t, "GET", "/v1/sandboxes/sb1/events", nil)); len(got.Events) != 4 {
-		t.Errorf("after delete: %d events, want 4", len(got.Events))
+	rec.Record(ctx, "sb1", recorder.TypeLifecycle, recorder.LifecycleData{Action: "state", State: "deleted"})
+	select {
+	case n := <-done:
+		if n != 0 {
+			t.Errorf("exec-only follow: %d lines, want 0", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a follow filtered to exec did not end after the deletion")
+	}
+	// The log outlives the sandbox.
+	if got := decodeEvents(t, env.do(t, "GET", "/v1/sandboxes/sb1/events", nil)); len(got.Events) != 5 {
+		t.Errorf("after delete: %d events, want 5", len(got.Events))
 	}
 }
 
