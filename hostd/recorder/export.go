@@ -96,7 +96,7 @@ func dataAttributes(typ string, data []byte) []attribute.KeyValue {
 		case float64:
 			out = append(out, attribute.Float64(name, v))
 		case []any:
-			if ss, ok := strings(v); ok {
+			if ss, ok := stringSlice(v); ok {
 				out = append(out, attribute.StringSlice(name, ss))
 			}
 		}
@@ -104,7 +104,7 @@ func dataAttributes(typ string, data []byte) []attribute.KeyValue {
 	return out
 }
 
-func strings(v []any) ([]string, bool) {
+func stringSlice(v []any) ([]string, bool) {
 	out := make([]string, 0, len(v))
 	for _, x := range v {
 		s, ok := x.(string)
