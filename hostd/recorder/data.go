@@ -1,13 +1,9 @@
 package recorder
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"time"
-)
+import "time"
 
 // The payloads of the event types, stored as JSON. Their field names are
-// the API's (hostd/api/openapi.yaml, schema Event).
+// the API's (hostd/api/openapi.yaml, schema AuditEvent).
 
 // Exec phases: an exec has a start event and an end event.
 const (
@@ -37,32 +33,12 @@ type ExecData struct {
 
 // OutputSummary keeps one output stream's first and last bytes.
 type OutputSummary struct {
-	// Head is the first OutputKeep bytes, Tail the last OutputKeep bytes
-	// after Head (empty when the stream fit in Head).
+	// Head is the first 64 KiB, Tail the last 64 KiB after Head (empty
+	// when the stream fit in Head); the guest keeps them (Exec.Summary).
 	Head       []byte `json:"head"`
 	Tail       []byte `json:"tail,omitempty"`
 	TotalBytes int64  `json:"total_bytes"`
 	SHA256     string `json:"sha256"`
-}
-
-// OutputKeep is how much of each end of a stream an exec event keeps.
-const OutputKeep = 64 << 10
-
-// Summarize is OutputSummary of a whole stream held in memory.
-func Summarize(b []byte) *OutputSummary {
-	sum := sha256.Sum256(b)
-	s := &OutputSummary{TotalBytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
-	if len(b) <= OutputKeep {
-		s.Head = b
-		return s
-	}
-	s.Head = b[:OutputKeep]
-	rest := b[OutputKeep:]
-	if len(rest) > OutputKeep {
-		rest = rest[len(rest)-OutputKeep:]
-	}
-	s.Tail = rest
-	return s
 }
 
 // File sources.

@@ -87,17 +87,3 @@ func TestEventsExportAsOTLPSpans(t *testing.T) {
 		t.Errorf("stored: %+v, %v", evs, err)
 	}
 }
-
-func TestSummarize(t *testing.T) {
-	b := make([]byte, 3*OutputKeep)
-	for i := range b {
-		b[i] = byte(i)
-	}
-	s := Summarize(b)
-	if s.TotalBytes != int64(len(b)) || len(s.Head) != OutputKeep || len(s.Tail) != OutputKeep || s.Tail[len(s.Tail)-1] != b[len(b)-1] {
-		t.Errorf("summary: total %d head %d tail %d", s.TotalBytes, len(s.Head), len(s.Tail))
-	}
-	if s := Summarize([]byte("hi")); string(s.Head) != "hi" || s.Tail != nil {
-		t.Errorf("small: %+v", s)
-	}
-}
