@@ -61,15 +61,12 @@ func (c *Client) FollowEvents(ctx context.Context, id string, q EventQuery, fn f
 	p := q.params()
 	follow := true
 	p.Follow = &follow
-	resp, err := c.raw.ListSandboxEvents(ctx, id, p)
+	body, err := c.eventLines(ctx, id, p)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return readAPIError(resp)
-	}
-	sc := bufio.NewScanner(resp.Body)
+	defer body.Close()
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), maxEventLine)
 	for sc.Scan() {
 		var ev AuditEvent
@@ -91,14 +88,24 @@ func (c *Client) ExportEvents(ctx context.Context, id string, q EventQuery, w io
 	p := q.params()
 	jsonl := ListSandboxEventsParamsFormatJsonl
 	p.Format = &jsonl
-	resp, err := c.raw.ListSandboxEvents(ctx, id, p)
+	body, err := c.eventLines(ctx, id, p)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return readAPIError(resp)
-	}
-	_, err = io.Copy(w, resp.Body)
+	defer body.Close()
+	_, err = io.Copy(w, body)
 	return err
+}
+
+// eventLines opens a JSON Lines response of the events route.
+func (c *Client) eventLines(ctx context.Context, id string, p *ListSandboxEventsParams) (io.ReadCloser, error) {
+	resp, err := c.raw.ListSandboxEvents(ctx, id, p)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, readAPIError(resp)
+	}
+	return resp.Body, nil
 }

@@ -1,15 +1,12 @@
 package hostd_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/nettest"
+	"github.com/agentbox/agentbox/internal/testwheel"
 )
 
 // TestFlightRecorder runs one traced session in a real sandbox: pip
@@ -42,7 +40,7 @@ func TestFlightRecorder(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.DeleteSandbox(context.Background(), sb.ID) })
 	const whl = "/root/agentbox_demo-0.1-py3-none-any.whl"
-	if err := c.WriteFile(ctx, sb.ID, whl, 0o644, bytes.NewReader(demoWheel(t))); err != nil {
+	if err := c.WriteFile(ctx, sb.ID, whl, 0o644, bytes.NewReader(wheel(t, "agentbox-demo", "VALUE = 42\n"))); err != nil {
 		t.Fatalf("write wheel: %v", err)
 	}
 	const secretValue = "value-that-must-not-be-logged-3f9a"
@@ -184,34 +182,11 @@ func argvHas(argv *[]string, s string) bool {
 
 func normalize(name string) string { return strings.ToLower(strings.ReplaceAll(name, "_", "-")) }
 
-// demoWheel builds a minimal pure-Python wheel, agentbox-demo 0.1.
-func demoWheel(t *testing.T) []byte {
+func wheel(t *testing.T, name, body string) []byte {
 	t.Helper()
-	files := []struct{ name, body string }{
-		{"agentbox_demo/__init__.py", "VALUE = 42\n"},
-		{"agentbox_demo-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: agentbox-demo\nVersion: 0.1\n"},
-		{"agentbox_demo-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: agentbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-	}
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	var record strings.Builder
-	for _, f := range files {
-		w, err := zw.Create(f.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(f.body))
-		sum := sha256.Sum256([]byte(f.body))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
-	}
-	record.WriteString("agentbox_demo-0.1.dist-info/RECORD,,\n")
-	w, err := zw.Create("agentbox_demo-0.1.dist-info/RECORD")
+	b, err := testwheel.Build(name, "0.1", body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Write([]byte(record.String()))
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return b
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,6 +140,20 @@ func (l *lineWriter) write(evs []store.Event) error {
 	return l.rc.Flush()
 }
 
+// writePage lists the events q selects and writes them (the headers at
+// least, the first time). It reports a failure itself and then says !ok.
+func (s *server) writePage(r *http.Request, lw *lineWriter, q store.EventQuery) ([]store.Event, bool) {
+	evs, err := s.events.List(r.Context(), q)
+	if err == nil && (len(evs) > 0 || !lw.started) {
+		err = lw.write(evs)
+	}
+	if err != nil {
+		s.streamError(lw.w, r, lw.started, err)
+		return nil, false
+	}
+	return evs, true
+}
+
 // exportEvents writes every event q selects (or q.Limit of them, when
 // limited) as JSON Lines.
 func (s *server) exportEvents(w http.ResponseWriter, r *http.Request, q store.EventQuery, limited bool) {
@@ -148,12 +163,8 @@ func (s *server) exportEvents(w http.ResponseWriter, r *http.Request, q store.Ev
 		q.Limit = exportPage
 	}
 	for {
-		evs, err := s.events.List(r.Context(), q)
-		if err == nil && (len(evs) > 0 || !lw.started) {
-			err = lw.write(evs)
-		}
-		if err != nil {
-			s.streamError(w, r, lw.started, err)
+		evs, ok := s.writePage(r, lw, q)
+		if !ok {
 			return
 		}
 		left -= len(evs)
@@ -175,12 +186,8 @@ func (s *server) followEvents(w http.ResponseWriter, r *http.Request, q store.Ev
 	lw := &lineWriter{w: w, rc: http.NewResponseController(w)}
 	q.Limit = exportPage
 	for {
-		evs, err := s.events.List(r.Context(), q)
-		if err == nil && (len(evs) > 0 || !lw.started) {
-			err = lw.write(evs)
-		}
-		if err != nil {
-			s.streamError(w, r, lw.started, err)
+		evs, ok := s.writePage(r, lw, q)
+		if !ok {
 			return
 		}
 		for _, e := range evs {
@@ -227,37 +234,15 @@ func (s *server) streamError(w http.ResponseWriter, r *http.Request, started boo
 }
 
 // toAuditEvent turns a stored event into the API's form: its data goes to
-// the member its type names.
+// the member its type names (each member is named as its type).
 func toAuditEvent(e store.Event) AuditEvent {
-	out := AuditEvent{ID: e.ID, SandboxID: e.SandboxID, Time: e.Time, Type: AuditEventType(e.Type),
-		TraceID: optString(e.TraceID), SpanID: optString(e.SpanID), APIKey: optString(e.APIKey)}
-	var target any
-	switch e.Type {
-	case recorder.TypeExec:
-		out.Exec = &ExecAudit{}
-		target = out.Exec
-	case recorder.TypeFile:
-		out.File = &FileAudit{}
-		target = out.File
-	case recorder.TypePackage:
-		out.Package = &PackageAudit{}
-		target = out.Package
-	case recorder.TypeNetwork:
-		out.Network = &NetworkEvent{}
-		target = out.Network
-	case recorder.TypeLifecycle:
-		out.Lifecycle = &LifecycleAudit{}
-		target = out.Lifecycle
-	case recorder.TypeAPI:
-		out.API = &APIAudit{}
-		target = out.API
-	case recorder.TypeRecorder:
-		out.Recorder = &RecorderAudit{}
-		target = out.Recorder
-	default:
-		return out
+	var out AuditEvent
+	if slices.Contains(recorder.Types, e.Type) && len(e.Data) > 0 {
+		wrapped := append(append([]byte(`{"`+e.Type+`":`), e.Data...), '}')
+		_ = json.Unmarshal(wrapped, &out)
 	}
-	_ = json.Unmarshal(e.Data, target)
+	out.ID, out.SandboxID, out.Time, out.Type = e.ID, e.SandboxID, e.Time, AuditEventType(e.Type)
+	out.TraceID, out.SpanID, out.APIKey = optString(e.TraceID), optString(e.SpanID), optString(e.APIKey)
 	return out
 }
 

@@ -1,17 +1,14 @@
 package qemu_test
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/internal/testwheel"
 	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/qemu"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
@@ -74,7 +71,7 @@ func TestGuestEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		const whl = "/root/demo-0.1-py3-none-any.whl"
-		if _, err := c.WriteFile(ctx, whl, 0o644, bytes.NewReader(demoWheel(t))); err != nil {
+		if _, err := c.WriteFile(ctx, whl, 0o644, bytes.NewReader(whlBytes(t))); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -146,38 +143,12 @@ func fileLine(e agentclient.GuestEvent) string {
 	return s
 }
 
-// demoWheel builds demo-0.1-py3-none-any.whl: one empty module.
-func demoWheel(t *testing.T) []byte {
+// whlBytes is demo-0.1-py3-none-any.whl: one empty module.
+func whlBytes(t *testing.T) []byte {
 	t.Helper()
-	files := []struct{ name, body string }{
-		{"demo/__init__.py", ""},
-		{"demo-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 0.1\n"},
-		{"demo-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: agentbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-	}
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	var record strings.Builder
-	for _, f := range files {
-		w, err := zw.Create(f.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write([]byte(f.body)); err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256([]byte(f.body))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.name, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
-	}
-	record.WriteString("demo-0.1.dist-info/RECORD,,\n")
-	w, err := zw.Create("demo-0.1.dist-info/RECORD")
+	b, err := testwheel.Build("demo", "0.1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write([]byte(record.String())); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return b
 }
