@@ -12,17 +12,14 @@ import (
 	"github.com/containerd/ttrpc"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/guestinit/agent"
 	"github.com/agentbox/agentbox/guestinit/watch"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
-	"github.com/agentbox/agentbox/vmm"
 )
 
 // ReadyMarker is printed on the console once the agent listens.
 const ReadyMarker = "AGENTBOX-READY"
-
-// ProbeMarker is printed in probe mode (agentbox.probe=1) before power-off.
-const ProbeMarker = vmm.ProbeMarker
 
 // Main runs PID 1. It never returns: on a fatal error it logs and reboots,
 // which ends the VM (hostd runs QEMU with -no-reboot).
@@ -44,7 +41,7 @@ func Main() {
 func run(log *slog.Logger, booted time.Time) error {
 	args := parseCmdline(readCmdline())
 	if args["agentbox.probe"] == "1" {
-		fmt.Fprintln(os.Stdout, ProbeMarker)
+		fmt.Fprintln(os.Stdout, channel.ProbeMarker)
 		unix.Sync()
 		return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 	}
@@ -104,13 +101,13 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 	}
 	agentv1.RegisterEventsService(srv, events)
 	router := NewRouter(log)
-	l := router.Listen(vmm.AgentPort)
+	l := router.Listen(channel.AgentPort)
 	go func() {
 		if err := srv.Serve(context.Background(), l); err != nil {
 			log.Error("agent server stopped", "err", err)
 		}
 	}()
-	pf := router.Listen(vmm.PortForwardPort)
+	pf := router.Listen(channel.PortForwardPort)
 	go func() {
 		if err := ServePortForward(pf, log); err != nil {
 			log.Error("port forward stopped", "err", err)

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/vmm/channel"
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 // forwardDialTimeout bounds the dial of a guest TCP port.
@@ -22,7 +22,7 @@ const spliceBuffer = 256 << 10
 type onlyReader struct{ io.Reader }
 
 // ServePortForward accepts port-forward streams on l (the router's listener
-// of vmm.PortForwardPort) and splices each to the guest TCP port its header
+// of channel.PortForwardPort) and splices each to the guest TCP port its header
 // names, on loopback. It returns when l is closed.
 func ServePortForward(l net.Listener, log *slog.Logger) error {
 	for {

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/agentbox/agentbox/vmm/channel"
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 func frame(typ byte, payload []byte, length uint32) []byte {

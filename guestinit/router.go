@@ -16,7 +16,7 @@ import (
 	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/vmm/channel"
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 // SerialPortName is the virtio-serial port the QEMU backend attaches.

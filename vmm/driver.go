@@ -12,13 +12,6 @@ import (
 	"os"
 )
 
-// AgentPort is the channel port on which guestinit serves its ttrpc services.
-const AgentPort uint32 = 1024
-
-// PortForwardPort is the channel port on which guestinit forwards streams to
-// guest TCP ports; each stream starts with channel.OpenTCP's header.
-const PortForwardPort uint32 = 1025
-
 // Sentinel errors shared by every backend.
 var (
 	// ErrNotRunning is returned by calls on a VM whose process has exited.

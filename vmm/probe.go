@@ -10,17 +10,12 @@ import (
 	"time"
 )
 
-// ProbeMarker is what guestinit prints in probe mode (kernel cmdline
-// agentbox.probe=1) just before it powers the VM off. Backends boot the
-// guest in probe mode to learn whether an accelerator really works.
-const ProbeMarker = "AGENTBOX-PROBE-OK"
-
 // ErrNoProbeMarker is returned by WaitProbe when the marker never came.
 var ErrNoProbeMarker = errors.New("vmm: no probe marker")
 
-// ProbeProcess waits for ProbeMarker from a started probe VMM process, then
-// kills the process and reaps it.
-func ProbeProcess(ctx context.Context, cmd *exec.Cmd, console string, timeout time.Duration) error {
+// ProbeProcess waits for marker (the line guestinit prints in probe mode)
+// from a started probe VMM process, then kills the process and reaps it.
+func ProbeProcess(ctx context.Context, cmd *exec.Cmd, console, marker string, timeout time.Duration) error {
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -30,20 +25,20 @@ func ProbeProcess(ctx context.Context, cmd *exec.Cmd, console string, timeout ti
 		_ = cmd.Process.Kill()
 		<-done
 	}()
-	return WaitProbe(ctx, console, done, timeout)
+	return WaitProbe(ctx, console, marker, done, timeout)
 }
 
-// WaitProbe waits up to timeout for ProbeMarker in the console file of a
+// WaitProbe waits up to timeout for marker in the console file of a
 // probe VM whose process closes exited when it ends. It returns nil once the
 // marker is there, whether or not the process has exited yet.
-func WaitProbe(ctx context.Context, console string, exited <-chan struct{}, timeout time.Duration) error {
+func WaitProbe(ctx context.Context, console, marker string, exited <-chan struct{}, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	seen := func() bool {
 		b, _ := os.ReadFile(console)
-		return bytes.Contains(b, []byte(ProbeMarker))
+		return bytes.Contains(b, []byte(marker))
 	}
 	for {
 		select {

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/hostd/sandbox"
-	"github.com/agentbox/agentbox/vmm/channel"
 )
 
 // failure is how an error is answered.

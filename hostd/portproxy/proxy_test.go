@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/hostd/sandbox"
-	"github.com/agentbox/agentbox/vmm/channel"
 )
 
 // fakeSandboxes has one running sandbox, "sb-1", whose port 80 is served

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
 // Exec runs req in sandbox id and calls emit for each event in order: start,

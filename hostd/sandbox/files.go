@@ -12,7 +12,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/hostd/recorder"
 )
 

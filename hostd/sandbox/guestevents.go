@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/hostd/recorder"
 )
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
 // guestLimitsScript sets the limits that the guest enforces itself:

@@ -13,8 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/agentclient"
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/disk"
-	"github.com/agentbox/agentbox/hostd/agentclient"
 	"github.com/agentbox/agentbox/hostd/cgroup"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
@@ -381,7 +382,7 @@ func (m *Manager) agent(ctx context.Context, b *box) (*agentclient.Client, error
 	if b.agent != nil {
 		return b.agent, nil
 	}
-	conn, err := b.vm.Dial(ctx, vmm.AgentPort)
+	conn, err := b.vm.Dial(ctx, channel.AgentPort)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
 // Observer receives the manager's operation latencies (hostd/metrics

@@ -6,8 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/agentbox/agentbox/vmm"
-	"github.com/agentbox/agentbox/vmm/channel"
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 // openTimeout bounds the port-forward header exchange.
@@ -22,7 +21,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	st, err := b.vm.Dial(ctx, vmm.PortForwardPort)
+	st, err := b.vm.Dial(ctx, channel.PortForwardPort)
 	if err != nil {
 		return nil, m.streamErr(b, fmt.Errorf("sandbox: dial port forward: %w", err))
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
 // Session describes one exec session of a sandbox: a command started by

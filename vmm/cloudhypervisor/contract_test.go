@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm"
-	"github.com/agentbox/agentbox/vmm/channel"
 	"github.com/agentbox/agentbox/vmm/cloudhypervisor/chapi"
 )
 
@@ -66,7 +66,7 @@ func echo(t *testing.T, v vmm.VM, msg string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := v.Dial(ctx, vmm.AgentPort)
+	c, err := v.Dial(ctx, channel.AgentPort)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -139,7 +139,7 @@ func TestContractDriverLifecycle(t *testing.T) {
 		if err := v.Stop(ctx); err != nil {
 			t.Errorf("second Stop: %v", err)
 		}
-		if _, err := v.Dial(ctx, vmm.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
+		if _, err := v.Dial(ctx, channel.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
 			t.Errorf("Dial after Stop: got %v, want vmm.ErrNotRunning", err)
 		}
 		if err := v.Pause(ctx); !errors.Is(err, vmm.ErrNotRunning) {
@@ -363,7 +363,7 @@ func TestContractProcessDies(t *testing.T) {
 	if err := vm.Wait(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait: got %v, want the kill's exit error", err)
 	}
-	if _, err := vm.Dial(ctx, vmm.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
+	if _, err := vm.Dial(ctx, channel.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
 		t.Errorf("Dial: got %v, want vmm.ErrNotRunning", err)
 	}
 	if err := vm.Resume(ctx); !errors.Is(err, vmm.ErrNotRunning) {
@@ -460,7 +460,7 @@ func TestContractDialWaitsForGuest(t *testing.T) {
 
 	early, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := vm.Dial(early, vmm.AgentPort); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := vm.Dial(early, channel.AgentPort); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Dial before the guest is up, with a short ctx: got %v, want DeadlineExceeded", err)
 	}
 	start := time.Now()

@@ -21,8 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"golang.org/x/sys/unix"
 
-	"github.com/agentbox/agentbox/vmm"
-	"github.com/agentbox/agentbox/vmm/channel"
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm/cloudhypervisor/chapi"
 )
 
@@ -369,7 +368,7 @@ func (f *fakeCH) checkPaths(vc chapi.VmConfig) string {
 }
 
 // listenVsock serves the hybrid vsock socket of vc like CH in front of a
-// guest whose agent echoes on vmm.AgentPort: CONNECT to that port is
+// guest whose agent echoes on channel.AgentPort: CONNECT to that port is
 // answered OK and the stream then echoes. Other ports, and every port until
 // opts.guestUp has passed, get their stream closed without an answer, as
 // CH does when the guest resets the connection or does not answer.
@@ -395,7 +394,7 @@ func (f *fakeCH) listenVsock(vc chapi.VmConfig) answer {
 			go func() {
 				defer c.Close()
 				port, cc, err := channel.Accept(c)
-				if err != nil || port != vmm.AgentPort || time.Now().Before(upAt) || channel.Reply(cc, port, true) != nil {
+				if err != nil || port != channel.AgentPort || time.Now().Before(upAt) || channel.Reply(cc, port, true) != nil {
 					return
 				}
 				_, _ = io.Copy(cc, cc)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 // The driver's tests run the real driver against a real process: this test
@@ -105,7 +107,7 @@ func fakeProbeBoot(args []string, ok bool) int {
 		fmt.Fprintln(os.Stderr, "fake cloud-hypervisor: KVM internal error")
 		return 1
 	}
-	if err := os.WriteFile(serial, []byte("booting\n"+probeMarker+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(serial, []byte("booting\n"+channel.ProbeMarker+"\n"), 0o600); err != nil {
 		return 2
 	}
 	return 0

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -68,10 +69,6 @@ func openUserfaultfd() int {
 	return int(fd)
 }
 
-// probeMarker is what guestinit prints in probe mode (agentbox.probe=1);
-// it is guestinit.ProbeMarker, which a test keeps in step.
-const probeMarker = vmm.ProbeMarker
-
 // ProbeTimeout bounds a probe boot. Working KVM boots the probe in well
 // under a second; nested KVM that crawls takes tens of seconds.
 const ProbeTimeout = 8 * time.Second
@@ -104,7 +101,7 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("%w: start %s: %v", ErrKVMUnusable, bin, err)
 	}
-	if err := vmm.ProbeProcess(ctx, cmd, console, ProbeTimeout); err != nil {
+	if err := vmm.ProbeProcess(ctx, cmd, console, channel.ProbeMarker, ProbeTimeout); err != nil {
 		return fmt.Errorf("%w: %v: %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentbox/agentbox/guestinit"
 	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
@@ -32,12 +31,6 @@ func TestConformanceRealCloudHypervisor(t *testing.T) {
 		}
 		return d
 	})
-}
-
-func TestProbeMarkerMatchesGuestinit(t *testing.T) {
-	if probeMarker != guestinit.ProbeMarker {
-		t.Fatalf("got %q, guestinit prints %q", probeMarker, guestinit.ProbeMarker)
-	}
 }
 
 func TestProbeKVM(t *testing.T) {

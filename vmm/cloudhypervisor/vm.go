@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm"
-	"github.com/agentbox/agentbox/vmm/channel"
 	"github.com/agentbox/agentbox/vmm/cloudhypervisor/chapi"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/hostd/agentclient"
+	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/testwheel"
 	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/qemu"

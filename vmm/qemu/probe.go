@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -54,7 +55,7 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	if err := spawn(cmd); err != nil {
 		return fmt.Errorf("%w: start: %v", ErrKVMUnusable, err)
 	}
-	if err := vmm.ProbeProcess(ctx, cmd, console, ProbeTimeout); err != nil {
+	if err := vmm.ProbeProcess(ctx, cmd, console, channel.ProbeMarker, ProbeTimeout); err != nil {
 		return fmt.Errorf("%w: %v: %s", ErrKVMUnusable, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return nil

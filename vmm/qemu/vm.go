@@ -15,8 +15,8 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm"
-	"github.com/agentbox/agentbox/vmm/channel"
 )
 
 // VM is one QEMU process.

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/agentclient"
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/disk"
-	"github.com/agentbox/agentbox/hostd/agentclient"
 	"github.com/agentbox/agentbox/vmm"
-	"github.com/agentbox/agentbox/vmm/channel"
 )
 
 // BootTimeout bounds a boot to agent-ready in the suite (TCG on a loaded
@@ -76,7 +76,7 @@ func boot(t testing.TB, d vmm.Driver, id, snapshot string) (vmm.VM, *agentclient
 	})
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
 	defer cancel()
-	conn, err := vm.Dial(bctx, vmm.AgentPort)
+	conn, err := vm.Dial(bctx, channel.AgentPort)
 	if err != nil {
 		t.Fatalf("dial agent: %v\nconsole:\n%s", err, readFile(cfg.ConsoleLog))
 	}
@@ -161,7 +161,7 @@ func checkConcurrentDials(t *testing.T, vm vmm.VM) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			conn, err := vm.Dial(ctx, vmm.AgentPort)
+			conn, err := vm.Dial(ctx, channel.AgentPort)
 			if err != nil {
 				errs <- err
 				return
@@ -214,7 +214,7 @@ func checkStop(t *testing.T, vm vmm.VM) {
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("pid %d still exists after Stop (kill 0: %v)", pid, err)
 	}
-	if _, err := vm.Dial(ctx, vmm.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
+	if _, err := vm.Dial(ctx, channel.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
 		t.Errorf("dial after stop: got %v, want ErrNotRunning", err)
 	}
 	if err := vm.Pause(ctx); !errors.Is(err, vmm.ErrNotRunning) {

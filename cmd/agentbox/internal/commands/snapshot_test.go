@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/client/blueprint/blueprinttest"
+	"github.com/agentbox/agentbox/hostd/api/blueprinttest"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 

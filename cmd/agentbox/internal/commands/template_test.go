@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/client/blueprint/blueprinttest"
+	"github.com/agentbox/agentbox/hostd/api/blueprinttest"
 )
 
 // writeBlueprint writes a blueprint and a file it copies into a new

@@ -9,8 +9,8 @@ import (
 
 	"github.com/containerd/ttrpc"
 
+	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/guestinit/watch"
-	"github.com/agentbox/agentbox/hostd/agentclient"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 

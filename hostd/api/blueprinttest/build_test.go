@@ -1,4 +1,4 @@
-package blueprint_test
+package blueprinttest_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/client/blueprint"
-	"github.com/agentbox/agentbox/client/blueprint/blueprinttest"
+	"github.com/agentbox/agentbox/hostd/api/blueprinttest"
 )
 
 type buildEnv struct {

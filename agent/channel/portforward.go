@@ -14,12 +14,12 @@ import (
 // connections on the requested TCP port.
 var ErrPortClosed = errors.New("channel: guest port not accepting connections")
 
-// The port-forward header. A stream on vmm.PortForwardPort starts with
+// The port-forward header. A stream on channel.PortForwardPort starts with
 // "TCP <port>\n" from the host; the guest dials 127.0.0.1:<port> and answers
 // "OK\n", then both ends carry the connection's raw bytes, or it answers
 // "ERR <reason>\n" and closes the stream.
 
-// OpenTCP asks the guest end of conn (a fresh stream on vmm.PortForwardPort)
+// OpenTCP asks the guest end of conn (a fresh stream on channel.PortForwardPort)
 // to connect to TCP port. On success the returned conn carries that TCP
 // connection's bytes. A refused connection is an error wrapping
 // ErrPortClosed.

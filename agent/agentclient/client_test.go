@@ -19,8 +19,8 @@ import (
 
 	"github.com/containerd/ttrpc"
 
+	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/guestinit/agent"
-	"github.com/agentbox/agentbox/hostd/agentclient"
 )
 
 // newPair serves a real agent on a unix socket and returns a client of it.

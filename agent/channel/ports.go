@@ -1,0 +1,18 @@
+package channel
+
+// The guest ports and markers that guestinit and the host agree on. They
+// live here, with the handshake, so that the guest imports nothing of the
+// host's VMM code to learn them.
+const (
+	// AgentPort is the channel port on which guestinit serves its ttrpc
+	// services.
+	AgentPort uint32 = 1024
+	// PortForwardPort is the channel port on which guestinit forwards
+	// streams to guest TCP ports; each stream starts with OpenTCP's header.
+	PortForwardPort uint32 = 1025
+	// ProbeMarker is what guestinit prints on its console in probe mode
+	// (kernel cmdline agentbox.probe=1) just before it powers the VM off.
+	// Backends boot the guest in probe mode to learn whether an accelerator
+	// really works.
+	ProbeMarker = "AGENTBOX-PROBE-OK"
+)

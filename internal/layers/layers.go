@@ -1,0 +1,83 @@
+// Package layers states the import rules between the project's rooms and
+// checks a dependency graph against them (DESIGN §2 "Layering that a test
+// keeps true"). Its test runs the check on the real graph from `go list`.
+package layers
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Module is the project's module path.
+const Module = "github.com/agentbox/agentbox"
+
+// Rule forbids packages under From (with their tests when Tests is set)
+// to depend, directly or not, on anything under one of Not.
+type Rule struct {
+	From  string
+	Not   []string
+	Tests bool
+	Why   string
+}
+
+// Rules are the project's layering rules, as paths relative to Module.
+var Rules = []Rule{
+	{From: "guestinit", Not: []string{"vmm", "hostd", "snapshot", "disk", "client"}, Tests: true,
+		Why: "the guest imports nothing of the host"},
+	{From: "cmd/guestinit", Not: []string{"vmm", "hostd", "snapshot", "disk", "client"}, Tests: true,
+		Why: "the guest imports nothing of the host"},
+	{From: "agent", Not: []string{"vmm", "hostd", "guestinit", "client"},
+		Why: "the guest protocol is shared by both sides and depends on neither"},
+	{From: "vmm", Not: []string{"hostd", "snapshot", "client", "guestinit"}, Tests: true,
+		Why: "drivers import nothing of hostd"},
+	{From: "snapshot", Not: []string{"hostd", "client"}, Tests: true,
+		Why: "the snapshot engine is driven through narrow interfaces, not hostd"},
+	{From: "client", Not: []string{"hostd", "vmm", "guestinit", "agent", "snapshot", "disk"},
+		Why: "the clients speak HTTP only"},
+}
+
+// Graph maps an import path to the import paths it depends on.
+type Graph map[string][]string
+
+// under reports whether pkg is rel or a package below it.
+func under(pkg, rel string) bool {
+	p := Module + "/" + rel
+	return pkg == p || strings.HasPrefix(pkg, p+"/")
+}
+
+// Check returns one line per broken rule: the package, what it reaches and
+// why that is not allowed. deps holds the non-test graph; testDeps the graph
+// with each package's tests.
+func Check(rules []Rule, deps, testDeps Graph) []string {
+	var bad []string
+	for _, r := range rules {
+		g := deps
+		if r.Tests {
+			g = testDeps
+		}
+		for _, pkg := range sortedKeys(g) {
+			if !under(pkg, r.From) {
+				continue
+			}
+			for _, d := range g[pkg] {
+				for _, not := range r.Not {
+					if under(d, not) {
+						bad = append(bad, fmt.Sprintf("%s reaches %s: %s", pkg, d, r.Why))
+					}
+				}
+			}
+		}
+	}
+	return slices.Compact(bad)
+}
+
+func sortedKeys(g Graph) []string {
+	keys := make([]string, 0, len(g))
+	for k := range g {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
