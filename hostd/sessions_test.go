@@ -1,3 +1,5 @@
+//go:build vm
+
 package hostd_test
 
 import (

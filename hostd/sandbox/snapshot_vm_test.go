@@ -1,3 +1,5 @@
+//go:build vm
+
 package sandbox_test
 
 import (

@@ -1,3 +1,5 @@
+//go:build vm
+
 package qemu_test
 
 import (
