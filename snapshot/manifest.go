@@ -1,8 +1,3 @@
-// Package snapshot keeps snapshots honest on disk: every snapshot directory
-// has a manifest with a checksum of each of its files, and a snapshot whose
-// files no longer match is refused before anything boots from it. hostd's
-// sandbox manager does the capturing, restoring and forking; this package
-// owns the manifest, its verification and the directory layout.
 package snapshot
 
 import (

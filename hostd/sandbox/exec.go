@@ -36,19 +36,6 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit fun
 	return m.follow(ctx, b, c, execID, 0, emit)
 }
 
-// bind returns a ctx that also ends when the sandbox goes.
-func (b *box) bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-b.gone:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
-}
-
 // start launches req in the guest and feeds it its stdin, if any.
 func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentclient.Client, string, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
@@ -71,9 +58,9 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 		env = map[string]string{}
 	}
 	maps.Copy(env, req.Env)
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
-		return nil, "", m.streamErr(b, err)
+		return nil, "", b.streamErr(err)
 	}
 	cwd := req.Cwd
 	if cwd == "" {
@@ -85,14 +72,14 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 		if errors.Is(err, agentclient.ErrStart) {
 			return nil, "", fmt.Errorf("%w: %v", ErrExecStart, err)
 		}
-		return nil, "", m.streamErr(b, err)
+		return nil, "", b.streamErr(err)
 	}
 	m.execStarted(ctx, b, req.Cmd, cwd, env, req.Tty, execID)
-	m.execDeadline(b, c, execID, req.TimeoutS)
+	m.execDeadline(b, execID, req.TimeoutS)
 	if req.Stdin != nil {
 		// A terminal's stdin stays open: closing it would send EOF (^D).
 		if err := c.WriteStdin(ctx, execID, req.Stdin, !req.Tty); err != nil {
-			return nil, "", m.streamErr(b, err)
+			return nil, "", b.streamErr(err)
 		}
 	}
 	return c, execID, nil
@@ -111,25 +98,10 @@ func (m *Manager) follow(ctx context.Context, b *box, c *agentclient.Client, exe
 		return fmt.Errorf("%w: exec %s", ErrNotFound, execID)
 	}
 	if err != nil {
-		return m.streamErr(b, err)
+		return b.streamErr(err)
 	}
 	m.waitEnd(ctx, b.id, execID)
 	return emit(ExecEvent{Type: EventExit, ExitCode: exit.Code, Signal: exit.Signal})
-}
-
-// streamErr explains an error that ended a call on a live sandbox.
-func (m *Manager) streamErr(b *box, err error) error {
-	select {
-	case <-b.gone:
-		return fmt.Errorf("%w (%v)", b.why, err)
-	default:
-	}
-	select {
-	case <-b.vm.Done():
-		return fmt.Errorf("%w: vm exited", ErrNotRunning)
-	default:
-	}
-	return err
 }
 
 // Signal sends sig to a running command's process group.
@@ -146,9 +118,9 @@ func (m *Manager) onSession(ctx context.Context, id, execID string, fn func(*age
 	if err != nil {
 		return err
 	}
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
-		return m.streamErr(b, err)
+		return b.streamErr(err)
 	}
 	if err := fn(c); err != nil {
 		if errors.Is(err, agentclient.ErrNoSession) {
@@ -157,7 +129,58 @@ func (m *Manager) onSession(ctx context.Context, id, execID string, fn func(*age
 		if errors.Is(err, agentclient.ErrInvalid) {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
-		return m.streamErr(b, err)
+		return b.streamErr(err)
 	}
 	return nil
+}
+
+// execDeadline kills exec execID's process group once its timeout (or the
+// sandbox's exec_timeout_s) passes, whether or not a client still follows
+// it (killing a session that has exited does nothing). The timer belongs to
+// the sandbox's entry, not to this VM: a kill that falls due while the
+// sandbox is paused is sent when it runs again.
+func (m *Manager) execDeadline(b *box, execID string, timeoutS int) {
+	if timeoutS == 0 {
+		timeoutS = b.limits.ExecTimeoutS
+	}
+	if timeoutS <= 0 {
+		return
+	}
+	e := m.reg.get(b.id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.kills == nil {
+		e.kills = map[string]*time.Timer{}
+	}
+	e.kills[execID] = time.AfterFunc(time.Duration(timeoutS)*time.Second, func() {
+		m.spawn(func() { m.killExec(b.id, execID) })
+	})
+}
+
+// killExec sends SIGKILL to exec execID of sandbox id through its current
+// VM's agent, or marks it due while the sandbox does not run.
+func (m *Manager) killExec(id, execID string) {
+	e := m.reg.find(id)
+	if e == nil {
+		return // deleted
+	}
+	e.mu.Lock()
+	delete(e.kills, execID)
+	b := e.box
+	if b == nil {
+		e.dueKills = append(e.dueKills, execID)
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	m.log.Info("exec timeout reached; killing", "sandbox_id", id, "exec_id", execID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := b.client(ctx)
+	if err == nil {
+		err = c.Signal(ctx, execID, syscall.SIGKILL)
+	}
+	if err != nil && !errors.Is(err, agentclient.ErrNoSession) {
+		m.log.Warn("exec timeout: kill", "sandbox_id", id, "exec_id", execID, "err", err)
+	}
 }

@@ -40,18 +40,18 @@ func (m *Manager) withAgent(ctx context.Context, id string, paths []string, fn f
 	if err != nil {
 		return err
 	}
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
-		return m.streamErr(b, err)
+		return b.streamErr(err)
 	}
 	if err := fn(c); err != nil {
-		return m.fileErr(b, err)
+		return b.fileErr(err)
 	}
 	return nil
 }
 
 // fileErr keeps guest file errors (they wrap errnos) and maps the rest.
-func (m *Manager) fileErr(b *box, err error) error {
+func (b *box) fileErr(err error) error {
 	var pe *fs.PathError
 	switch {
 	case errors.As(err, &pe):
@@ -59,7 +59,7 @@ func (m *Manager) fileErr(b *box, err error) error {
 	case errors.Is(err, agentclient.ErrInvalid):
 		return fmt.Errorf("%w: %v", ErrBadPath, err)
 	}
-	return m.streamErr(b, err)
+	return b.streamErr(err)
 }
 
 // ReadFile opens a guest file; the error reflects the open.

@@ -42,16 +42,7 @@ type guestCursor struct {
 	watchErr string
 }
 
-func (m *Manager) cursorOf(id string) *guestCursor {
-	m.rs.mu.Lock()
-	defer m.rs.mu.Unlock()
-	g := m.rs.guest[id]
-	if g == nil {
-		g = &guestCursor{after: math.MaxUint64}
-		m.rs.guest[id] = g
-	}
-	return g
-}
+func (m *Manager) cursorOf(id string) *guestCursor { return &m.reg.get(id).rec.guest }
 
 // startGuestEvents places a new reader at the guest's newest event (what
 // happened before the sandbox was handed out, or in the parent of a fork,
@@ -69,7 +60,7 @@ func (m *Manager) startGuestEvents(ctx context.Context, b *box) {
 			m.log.Debug("guest events", "sandbox_id", b.id, "err", err)
 		}
 	}
-	go m.pollGuest(b, g)
+	m.spawn(func() { m.pollGuest(b, g) })
 }
 
 func (m *Manager) pollGuest(b *box, g *guestCursor) {
@@ -121,7 +112,7 @@ func (m *Manager) drainGuest(ctx context.Context, b *box) {
 
 // pullGuest reads one batch above the cursor and records it.
 func (m *Manager) pullGuest(ctx context.Context, b *box, g *guestCursor, wait time.Duration) error {
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
@@ -166,7 +157,7 @@ func (m *Manager) recordGuest(id string, g *guestCursor, evs agentclient.GuestEv
 	}
 	for _, e := range evs.Events {
 		g.after = max(g.after, e.Seq)
-		cause, _ := m.causeOfExec(id, e.ExecID)
+		cause, _ := m.reg.get(id).rec.causeOf(e.ExecID)
 		en := recorder.Entry{SandboxID: id, Cause: cause, Time: e.Time}
 		switch {
 		case e.File != nil:

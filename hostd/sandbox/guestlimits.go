@@ -42,7 +42,7 @@ func (m *Manager) applyGuestLimits(ctx context.Context, b *box) error {
 	if l.MaxPids == 0 && l.DiskMiB == 0 {
 		return nil
 	}
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}

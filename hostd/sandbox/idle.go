@@ -11,9 +11,6 @@ import (
 // cgroup) under which a sandbox counts as idle.
 const DefaultIdleCPU = 0.15
 
-// touch records API activity on b.
-func (b *box) touch() { b.last.Store(time.Now().UnixNano()) }
-
 // watchIdle pauses b once it has been idle for its idle timeout: no API
 // call, no exec running, and its VMM's CPU use under the threshold.
 func (m *Manager) watchIdle(b *box) {
@@ -24,14 +21,14 @@ func (m *Manager) watchIdle(b *box) {
 	tick := min(max(idle/4, 200*time.Millisecond), 5*time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	lastCPU, lastAt := m.cpuOf(b), time.Now()
+	lastCPU, lastAt := b.cpu(), time.Now()
 	for {
 		select {
 		case <-b.gone:
 			return
 		case <-t.C:
 		}
-		cpu, now := m.cpuOf(b), time.Now()
+		cpu, now := b.cpu(), time.Now()
 		rate := (cpu - lastCPU) / now.Sub(lastAt).Seconds()
 		lastCPU, lastAt = cpu, now
 		if b.execs.Load() > 0 || rate >= m.opts.IdleCPU {
@@ -49,17 +46,6 @@ func (m *Manager) watchIdle(b *box) {
 		}
 		return
 	}
-}
-
-func (m *Manager) cpuOf(b *box) float64 {
-	if b.cgroup == nil {
-		return 0
-	}
-	st, err := b.cgroup.Stats()
-	if err != nil {
-		return 0
-	}
-	return st.CPUSeconds
 }
 
 // running returns sandbox id's live box, resuming it first if it is paused

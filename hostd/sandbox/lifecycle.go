@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -85,14 +84,14 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	}
 	// The VM ends on purpose: take it out of the live set first, so the
 	// watcher does not count it as a crash.
-	m.forget(b)
+	m.reg.forget(b)
 	b.end(fmt.Errorf("%w: sandbox %s", ErrPaused, id))
-	m.closeAgent(b)
+	b.closeAgent()
 	if err := b.vm.Stop(context.WithoutCancel(ctx)); err != nil {
 		m.log.Error("stop paused vm", "sandbox_id", id, "err", err)
 	}
-	m.settle(b)
-	m.removeCgroup(b)
+	b.settle()
+	b.removeCgroup()
 	if err := m.setState(ctx, id, StatePaused, "", 0); err != nil {
 		return Info{}, err
 	}
@@ -101,7 +100,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 }
 
 func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
@@ -126,10 +125,15 @@ func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
 // Resume restarts a paused sandbox from its saved state: same disk, same
 // processes, a fresh clock and entropy.
 func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
-	// One resume at a time: a second caller finds the sandbox running.
-	m.resumeMu.Lock()
-	defer m.resumeMu.Unlock()
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return Info{}, m.notFound(err, id)
+	}
+	// One resume of a sandbox at a time: a second caller finds it running.
+	e := m.reg.get(id)
+	e.resume.Lock()
+	defer e.resume.Unlock()
+	rec, err = m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return Info{}, m.notFound(err, id)
 	}
@@ -143,13 +147,13 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	if err := m.setState(ctx, id, StateResuming, "", 0); err != nil {
 		return Info{}, err
 	}
-	b := &box{id: id, dir: rec.Dir, gone: make(chan struct{}), overlay: v.Overlay, snapshotID: v.SnapshotID, cwd: v.Cwd}
+	b := m.newBox(ctx, rec)
+	b.overlay, b.snapshotID, b.cwd = v.Overlay, v.SnapshotID, v.Cwd
 	b.disks = countOverlays(rec.Dir)
 	if err := m.ensureNetwork(ctx, id); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
-	b.limits = m.limitsOf(ctx, id)
 	defer m.opts.Metrics.Since("resume", time.Now())
 	cfg, err := m.placeVM(m.vmConfig(rec, v.Overlay), b)
 	var vm vmm.VM
@@ -161,7 +165,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 		err = errors.Join(m.placed(b), m.wake(ctx, b, false))
 	}
 	if err != nil {
-		m.removeCgroup(b)
+		b.removeCgroup()
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
@@ -184,107 +188,27 @@ func (m *Manager) notFound(err error, id string) error {
 	return err
 }
 
-func (m *Manager) closeAgent(b *box) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.agent != nil {
-		b.agent.Close()
-		b.agent = nil
-	}
-}
-
-// GetSnapshot describes a snapshot.
+// GetSnapshot describes a snapshot and its users.
 func (m *Manager) GetSnapshot(ctx context.Context, id string) (SnapshotInfo, error) {
-	sn, err := m.opts.Store.GetSnapshot(ctx, id)
-	if err != nil {
-		return SnapshotInfo{}, m.notFound(err, id)
-	}
-	return m.snapshotInfo(ctx, sn)
+	info, err := m.snaps.Get(ctx, id)
+	return info, snapshotNotFound(err, id)
 }
 
 // ListSnapshots describes every snapshot.
 func (m *Manager) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
-	sns, err := m.opts.Store.ListSnapshots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]SnapshotInfo, 0, len(sns))
-	for _, sn := range sns {
-		info, err := m.snapshotInfo(ctx, sn)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
-	}
-	return out, nil
-}
-
-func (m *Manager) snapshotInfo(ctx context.Context, sn store.Snapshot) (SnapshotInfo, error) {
-	users, err := m.opts.Store.SnapshotUsers(ctx, sn.ID)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	sort.Strings(users)
-	return SnapshotInfo{ID: sn.ID, Kind: sn.Kind, SandboxID: sn.SandboxID, ParentID: sn.ParentID, VCPUs: sn.VCPUs,
-		MemoryMiB: sn.MemoryMiB, SizeBytes: sn.SizeBytes, CacheKey: sn.CacheKey, CreatedAt: sn.CreatedAt, UsedBy: users}, nil
+	return m.snaps.List(ctx)
 }
 
 // DeleteSnapshot removes a snapshot that nothing refers to. A snapshot
 // that a sandbox, another snapshot or a template still uses is refused with
 // ErrInUse.
 func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
-	sn, err := m.opts.Store.GetSnapshot(ctx, id)
-	if err != nil {
-		return m.notFound(err, id)
-	}
-	users, err := m.opts.Store.SnapshotUsers(ctx, id)
-	if err != nil {
-		return err
-	}
-	if len(users) > 0 {
-		return fmt.Errorf("%w: snapshot %s is used by %v", ErrInUse, id, users)
-	}
-	if err := m.removeSnapshot(ctx, sn); err != nil {
-		return err
-	}
-	m.collect(ctx)
-	return nil
+	return snapshotNotFound(m.snaps.Delete(ctx, id), id)
 }
 
-func (m *Manager) removeSnapshot(ctx context.Context, sn store.Snapshot) error {
-	if err := os.RemoveAll(sn.Dir); err != nil {
-		return err
+func snapshotNotFound(err error, id string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
 	}
-	m.log.Info("snapshot removed", "snapshot_id", sn.ID)
-	return m.opts.Store.DeleteSnapshot(ctx, sn.ID)
-}
-
-// collect garbage-collects fork snapshots that nothing refers to any more,
-// repeating while removing one frees its parent.
-func (m *Manager) collect(ctx context.Context) {
-	for {
-		sns, err := m.opts.Store.ListSnapshots(ctx)
-		if err != nil {
-			m.log.Error("gc: list snapshots", "err", err)
-			return
-		}
-		removed := 0
-		for _, sn := range sns {
-			if sn.Kind != "fork" {
-				continue
-			}
-			users, err := m.opts.Store.SnapshotUsers(ctx, sn.ID)
-			if err != nil || len(users) > 0 {
-				continue
-			}
-			if err := m.removeSnapshot(ctx, sn); err != nil {
-				m.log.Error("gc: remove snapshot", "snapshot_id", sn.ID, "err", err)
-				continue
-			}
-			removed++
-		}
-		if removed == 0 {
-			return
-		}
-	}
+	return err
 }

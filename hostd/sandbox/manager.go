@@ -10,13 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/agentbox/agentbox/agent/agentclient"
-	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/disk"
-	"github.com/agentbox/agentbox/hostd/cgroup"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
@@ -91,61 +87,47 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Manager owns every sandbox of one hostd.
+// Manager owns every sandbox of one hostd. Its state is one entry per
+// sandbox (registry.go); the snapshot engine, the warm pools and each
+// entry's meter, timer and recorder state are small types with locks of
+// their own. See the package doc for the lock order.
 type Manager struct {
-	opts    Options
-	log     *slog.Logger
-	checker *snapshot.Checker
-
-	mu       sync.Mutex
-	boxes    map[string]*box
-	pools    map[string]*pool
-	nets     map[string]netAttachment // see network.go
-	closing  atomic.Bool
-	resumeMu sync.Mutex
-	meters   map[string]*meter
-	ttls     map[string]*ttl
+	opts  Options
+	log   *slog.Logger
+	snaps *snapshot.Engine
+	reg   registry
+	pools pools
 	// baseMiB is the base image's virtual size, the most disk_mib can be.
 	baseMiB int
-	// rs is the flight recorder's state (record.go).
-	rs recState
+
+	// bgMu guards closed and the adding to bg: Close waits for bg, the
+	// goroutines of background work (watchers, pool refills, timers).
+	bgMu   sync.Mutex
+	closed bool
+	bg     sync.WaitGroup
 }
 
-// box is a live sandbox: its VM and agent connection.
-type box struct {
-	id  string
-	dir string
-	vm  vmm.VM
-	// op serializes lifecycle operations (snapshot, pause, delete).
-	op sync.Mutex
-	// overlay is the disk file the VM writes; snapshotID the snapshot whose
-	// layer it overlays; disks counts overlays made, for their names.
-	overlay    string
-	snapshotID string
-	disks      int
-	// cwd is the default working directory of commands (from a template).
-	cwd  string
-	gone chan struct{} // closed when the sandbox is deleted or fails
-	// why says why gone was closed (ErrDeleted or a failure).
-	why  error
-	once sync.Once
-
-	mu    sync.Mutex
-	agent *agentclient.Client
-
-	limits Limits
-	cgroup *cgroup.Group
-	// last is the time of the last API activity (unix ns); execs counts
-	// the execs running.
-	last  atomic.Int64
-	execs atomic.Int32
+// spawn runs fn in a goroutine that Close waits for; once Close has begun
+// it runs nothing and returns false.
+func (m *Manager) spawn(fn func()) bool {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		fn()
+	}()
+	return true
 }
 
-func (b *box) end(why error) {
-	b.once.Do(func() {
-		b.why = why
-		close(b.gone)
-	})
+// closing reports whether Close has begun.
+func (m *Manager) closing() bool {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	return m.closed
 }
 
 // New returns a Manager. Call Recover before serving.
@@ -180,10 +162,13 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: opts, log: opts.Logger, checker: snapshot.NewChecker(), boxes: map[string]*box{}, pools: map[string]*pool{},
-		nets: map[string]netAttachment{}}
-	m.rs.init()
-	if err := m.openDirsToOwner(); err != nil {
+	snaps, err := snapshot.New(snapshot.Config{Dir: filepath.Join(opts.DataDir, "snapshots"), Backend: opts.Driver.Name(),
+		Store: opts.Store, Logger: opts.Logger, Own: opts.VMMOwner.own})
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps}
+	if err := opts.VMMOwner.openDirs(opts.DataDir); err != nil {
 		return nil, err
 	}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
@@ -241,6 +226,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		if b, rec, ok := m.claim(ctx, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
 				m.teardown(b, err)
+				m.reg.remove(b.id)
+				_ = m.setState(context.WithoutCancel(ctx), b.id, StateFailed, err.Error(), 0)
 				return Info{}, err
 			}
 			return m.adopt(ctx, b, rec)
@@ -250,15 +237,16 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: opts.VCPUs, MemoryMiB: opts.MemoryMiB,
 		Env: opts.Env, Metadata: opts.Metadata, TimeoutS: opts.TimeoutS, CreatedAt: time.Now().UTC(),
 		Dir: filepath.Join(m.opts.DataDir, "sandboxes", id)}
-	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
+	// The limits first: a create that fails here leaves no record at all.
+	if err := m.opts.Store.PutSandboxLimits(ctx, id, opts.Limits); err != nil {
 		return Info{}, err
+	}
+	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
+		return Info{}, errors.Join(err, m.opts.Store.DeleteSandboxLimits(context.WithoutCancel(ctx), id))
 	}
 	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateCreating)})
 	if src != nil {
 		m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionRestore, SnapshotID: src.ID, SourceID: src.SandboxID})
-	}
-	if err := m.opts.Store.PutSandboxLimits(ctx, id, opts.Limits); err != nil {
-		return Info{}, err
 	}
 	var b *box
 	err = m.attachNetwork(ctx, id, opts.Network)
@@ -272,9 +260,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if err != nil {
 		m.log.Error("create failed", "sandbox_id", id, "err", err)
 		m.detachNetwork(id)
-		m.removeDir(rec.Dir, m.log)
+		m.reg.remove(id)
+		removeDir(rec.Dir, m.log)
 		if b != nil {
-			m.removeCgroup(b)
+			b.removeCgroup()
 		}
 		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
@@ -296,15 +285,21 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 		m.teardown(b, err)
 		return Info{}, err
 	}
-	m.mu.Lock()
-	m.boxes[b.id] = b
-	m.mu.Unlock()
-	m.armTTL(b.id, time.Duration(rec.TimeoutS)*time.Second)
+	e := m.reg.get(b.id)
+	e.mu.Lock()
+	e.box = b
+	due := e.dueKills
+	e.dueKills = nil
+	e.mu.Unlock()
+	m.armTTL(e, time.Duration(rec.TimeoutS)*time.Second)
 	b.touch()
 	m.startGuestEvents(ctx, b)
 	m.resumeExecs(b)
-	go m.watch(b)
-	go m.watchIdle(b)
+	m.spawn(func() { m.watch(b) })
+	m.spawn(func() { m.watchIdle(b) })
+	for _, execID := range due {
+		m.killExec(b.id, execID)
+	}
 	m.log.Info("sandbox running", "sandbox_id", b.id, "vm_pid", rec.VMPID, "snapshot_id", b.snapshotID)
 	info := m.withLimits(ctx, infoOf(rec))
 	info.SnapshotID = b.snapshotID
@@ -316,13 +311,12 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	b := &box{id: rec.ID, dir: rec.Dir, gone: make(chan struct{})}
-	b.limits = m.limitsOf(ctx, rec.ID)
+	b := m.newBox(ctx, rec)
 	b.overlay = b.nextOverlay()
 	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, b.overlay, 0); err != nil {
 		return nil, err
 	}
-	if err := m.own(rec.Dir, b.overlay); err != nil {
+	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
 	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
@@ -331,25 +325,25 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 	}
 	vm, err := m.opts.Driver.Start(ctx, cfg)
 	if err != nil {
-		m.removeCgroup(b)
+		b.removeCgroup()
 		return nil, err
 	}
 	b.vm = vm
 	if err := m.placed(b); err != nil {
 		m.log.Warn("vmm cgroup", "sandbox_id", b.id, "vm_pid", vm.PID(), "err", err)
 	}
-	if err := m.connect(ctx, b); err != nil {
-		m.removeCgroup(b)
+	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
+		b.removeCgroup()
 		return nil, err
 	}
 	return b, nil
 }
 
-// nextOverlay names the box's next overlay file.
-func (b *box) nextOverlay() string {
-	p := filepath.Join(b.dir, fmt.Sprintf("disk-%d.qcow2", b.disks))
-	b.disks++
-	return p
+// newBox makes the box of a VM of sandbox rec, before the VM exists.
+func (m *Manager) newBox(ctx context.Context, rec store.Sandbox) *box {
+	e := m.reg.get(rec.ID)
+	return &box{id: rec.ID, dir: rec.Dir, log: m.log, gone: make(chan struct{}), meter: &e.meter, spawn: m.spawn,
+		limits: m.limitsOf(ctx, rec.ID)}
 }
 
 func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
@@ -364,45 +358,6 @@ func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
 	}
 }
 
-// connect dials b's agent within the boot timeout; on failure it stops the VM.
-func (m *Manager) connect(ctx context.Context, b *box) error {
-	bctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
-	defer cancel()
-	if _, err := m.agent(bctx, b); err != nil {
-		stopErr := b.vm.Stop(context.WithoutCancel(ctx))
-		return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
-	}
-	return nil
-}
-
-// agent returns the sandbox's agent client, dialing it if needed.
-func (m *Manager) agent(ctx context.Context, b *box) (*agentclient.Client, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.agent != nil {
-		return b.agent, nil
-	}
-	conn, err := b.vm.Dial(ctx, channel.AgentPort)
-	if err != nil {
-		return nil, err
-	}
-	c := agentclient.New(countingConn{Conn: conn, mt: m.meterOf(b.id)})
-	if _, err := c.Health(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	b.agent = c
-	go func() {
-		_ = c.Wait(context.Background())
-		b.mu.Lock()
-		if b.agent == c {
-			b.agent = nil
-		}
-		b.mu.Unlock()
-	}()
-	return c, nil
-}
-
 // watch marks the sandbox failed and cleans up if its VM dies on its own.
 func (m *Manager) watch(b *box) {
 	select {
@@ -412,7 +367,7 @@ func (m *Manager) watch(b *box) {
 	}
 	err := b.vm.Wait(context.Background())
 	why := fmt.Errorf("%w: vm exited unexpectedly (%v)", ErrNotRunning, err)
-	if !m.forget(b) {
+	if !m.reg.forget(b) {
 		return // deleted meanwhile
 	}
 	m.log.Warn("sandbox vm died", "sandbox_id", b.id, "vm_pid", b.vm.PID(), "err", err)
@@ -420,39 +375,23 @@ func (m *Manager) watch(b *box) {
 	_ = m.setState(context.Background(), b.id, StateFailed, why.Error(), 0)
 }
 
-// forget removes b from the live set; it reports whether b was there.
-func (m *Manager) forget(b *box) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.boxes[b.id] != b {
-		return false
-	}
-	delete(m.boxes, b.id)
-	return true
-}
-
 // teardown ends everything a live sandbox owns: streams, VM, files.
 func (m *Manager) teardown(b *box, why error) {
 	b.end(why)
-	b.mu.Lock()
-	if b.agent != nil {
-		b.agent.Close()
-		b.agent = nil
-	}
-	b.mu.Unlock()
+	b.closeAgent()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	log := m.log.With("sandbox_id", b.id, "vm_pid", b.vm.PID())
 	if err := b.vm.Stop(ctx); err != nil {
 		log.Error("stop vm", "err", err)
 	}
-	m.settle(b)
-	m.removeCgroup(b)
+	b.settle()
+	b.removeCgroup()
 	m.detachNetwork(b.id)
-	m.removeDir(b.dir, log)
+	removeDir(b.dir, log)
 }
 
-func (m *Manager) removeDir(dir string, log *slog.Logger) {
+func removeDir(dir string, log *slog.Logger) {
 	if err := os.RemoveAll(dir); err != nil {
 		log.Error("remove sandbox dir", "dir", dir, "err", err)
 	}
@@ -468,29 +407,29 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	b := m.boxes[id]
-	delete(m.boxes, id)
-	m.mu.Unlock()
+	e := m.reg.get(id)
+	e.ttl.disarm()
+	e.mu.Lock()
+	b := e.box
+	e.box = nil
+	e.mu.Unlock()
 	if b != nil {
 		b.op.Lock() // let a running snapshot or pause finish
 		_ = m.setState(ctx, id, StateStopping, "", b.vm.PID())
 		m.teardown(b, ErrDeleted)
 		b.op.Unlock()
 	} else {
-		m.removeDir(rec.Dir, m.log.With("sandbox_id", id))
+		removeDir(rec.Dir, m.log.With("sandbox_id", id))
 		m.detachNetwork(id)
 	}
 	ctx = context.WithoutCancel(ctx)
-	m.disarmTTL(id)
-	m.dropMeter(id)
+	m.reg.remove(id)
 	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandboxLimits(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
 		return err
 	}
 	m.forgetNetwork(context.WithoutCancel(ctx), id)
 	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateDeleted)})
-	m.forgetRecords(id)
-	m.collect(ctx)
+	m.snaps.Collect(ctx)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil
 }
@@ -527,10 +466,7 @@ func infoOf(r store.Sandbox) Info {
 
 // live returns the running sandbox id, or ErrNotFound / ErrNotRunning.
 func (m *Manager) live(ctx context.Context, id string) (*box, error) {
-	m.mu.Lock()
-	b := m.boxes[id]
-	m.mu.Unlock()
-	if b != nil {
+	if b := m.reg.live(id); b != nil {
 		b.touch()
 		return b, nil
 	}

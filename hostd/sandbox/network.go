@@ -34,8 +34,9 @@ type Network interface {
 
 // netAttachment is what boot gives the VM for its network.
 type netAttachment struct {
-	net     *vmm.Net
-	cmdline string
+	attached bool
+	net      *vmm.Net
+	cmdline  string
 }
 
 // resolveNetwork fills in the default policy (a NIC whose only peer is the
@@ -123,9 +124,10 @@ func (m *Manager) attachNetwork(ctx context.Context, id string, pol *egress.Poli
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
-	m.mu.Lock()
-	m.nets[id] = netAttachment{net: n, cmdline: args}
-	m.mu.Unlock()
+	e := m.reg.get(id)
+	e.mu.Lock()
+	e.net = netAttachment{attached: true, net: n, cmdline: args}
+	e.mu.Unlock()
 	return nil
 }
 
@@ -135,9 +137,10 @@ func (m *Manager) ensureNetwork(ctx context.Context, id string) error {
 	if m.opts.Network == nil {
 		return nil
 	}
-	m.mu.Lock()
-	_, ok := m.nets[id]
-	m.mu.Unlock()
+	e := m.reg.get(id)
+	e.mu.Lock()
+	ok := e.net.attached
+	e.mu.Unlock()
 	if ok {
 		return nil
 	}
@@ -191,9 +194,10 @@ func (m *Manager) claimPolicy(ctx context.Context, id string, pol *egress.Policy
 
 // netOf returns the NIC and the extra cmdline of sandbox id.
 func (m *Manager) netOf(id string) (*vmm.Net, string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a := m.nets[id]
+	e := m.reg.get(id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a := e.net
 	if a.cmdline != "" {
 		return a.net, " " + a.cmdline
 	}
@@ -208,7 +212,7 @@ func (m *Manager) limitNetwork(cfg *vmm.Config, id string, bps int64) error {
 	if cfg.Net == nil || m.opts.Network == nil {
 		return nil
 	}
-	n := *cfg.Net // m.nets holds the original
+	n := *cfg.Net // the entry holds the original
 	n.BpsTotal = bps
 	cfg.Net = &n
 	if err := m.opts.Network.SetRate(id, bps); err != nil {
@@ -222,9 +226,11 @@ func (m *Manager) detachNetwork(id string) {
 	if m.opts.Network == nil {
 		return
 	}
-	m.mu.Lock()
-	delete(m.nets, id)
-	m.mu.Unlock()
+	if e := m.reg.find(id); e != nil {
+		e.mu.Lock()
+		e.net = netAttachment{}
+		e.mu.Unlock()
+	}
 	if err := m.opts.Network.Detach(id); err != nil {
 		m.log.Error("remove sandbox network", "sandbox_id", id, "err", err)
 	}

@@ -2,10 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"syscall"
 	"time"
-
-	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
 // Observer receives the manager's operation latencies (hostd/metrics
@@ -29,14 +26,8 @@ type VMStats struct {
 
 // VMStats reports the cgroup counters of every running sandbox's VMM.
 func (m *Manager) VMStats() []VMStats {
-	m.mu.Lock()
-	boxes := make([]*box, 0, len(m.boxes))
-	for _, b := range m.boxes {
-		boxes = append(boxes, b)
-	}
-	m.mu.Unlock()
 	var out []VMStats
-	for _, b := range boxes {
+	for _, b := range m.reg.boxes() {
 		if b.cgroup == nil {
 			continue
 		}
@@ -49,19 +40,7 @@ func (m *Manager) VMStats() []VMStats {
 
 // PoolSizes reports how many warm sandboxes each template's pool holds.
 func (m *Manager) PoolSizes() map[string]int {
-	m.mu.Lock()
-	pools := make(map[string]*pool, len(m.pools))
-	for n, p := range m.pools {
-		pools[n] = p
-	}
-	m.mu.Unlock()
-	out := make(map[string]int, len(pools))
-	for n, p := range pools {
-		p.mu.Lock()
-		out[n] = len(p.ready)
-		p.mu.Unlock()
-	}
-	return out
+	return m.pools.sizes()
 }
 
 // withLimits adds a sandbox's limits and deadline to info.
@@ -69,22 +48,4 @@ func (m *Manager) withLimits(ctx context.Context, info Info) Info {
 	info.Limits = m.limitsOf(ctx, info.ID)
 	info.Deadline = m.Deadline(info.ID)
 	return info
-}
-
-// execDeadline kills exec execID's process group once its timeout (or the
-// sandbox's exec_timeout_s) passes, whether or not a client still follows
-// it (killing a session that has exited does nothing).
-func (m *Manager) execDeadline(b *box, c *agentclient.Client, execID string, timeoutS int) {
-	if timeoutS == 0 {
-		timeoutS = b.limits.ExecTimeoutS
-	}
-	if timeoutS <= 0 {
-		return
-	}
-	time.AfterFunc(time.Duration(timeoutS)*time.Second, func() {
-		m.log.Info("exec timeout reached; killing", "sandbox_id", b.id, "exec_id", execID, "timeout_s", timeoutS)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Signal(ctx, execID, syscall.SIGKILL)
-	})
 }

@@ -8,14 +8,14 @@ import (
 
 // Owner is the unprivileged user that VMM processes run as (QEMU -runas):
 // the files a VMM opens after dropping privileges (the sandbox directory
-// and its overlays) are chowned to it.
+// and its overlays) are chowned to it. A nil *Owner means the VMM runs as
+// hostd's user, and its methods do nothing.
 type Owner struct {
 	UID, GID int
 }
 
-// own hands paths to the VMM's user, if it has one.
-func (m *Manager) own(paths ...string) error {
-	o := m.opts.VMMOwner
+// own hands paths to the VMM's user.
+func (o *Owner) own(paths ...string) error {
 	if o == nil {
 		return nil
 	}
@@ -27,14 +27,14 @@ func (m *Manager) own(paths ...string) error {
 	return nil
 }
 
-// openDirsToOwner lets the VMM's user reach its sandbox directory by path
-// (QEMU reopens images by name after it dropped privileges): the data
-// directory and sandboxes/ become traversable, not listable.
-func (m *Manager) openDirsToOwner() error {
-	if m.opts.VMMOwner == nil {
+// openDirs lets the VMM's user reach its sandbox directory by path (QEMU
+// reopens images by name after it dropped privileges): the data directory
+// and sandboxes/ become traversable, not listable.
+func (o *Owner) openDirs(dataDir string) error {
+	if o == nil {
 		return nil
 	}
-	for _, d := range []string{m.opts.DataDir, filepath.Join(m.opts.DataDir, "sandboxes")} {
+	for _, d := range []string{dataDir, filepath.Join(dataDir, "sandboxes")} {
 		if err := os.Chmod(d, 0o711); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}

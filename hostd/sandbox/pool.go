@@ -15,6 +15,57 @@ import (
 // MaxPoolSize bounds a template's warm pool.
 const MaxPoolSize = 16
 
+// pools holds the templates' warm pools by template name.
+type pools struct {
+	mu     sync.Mutex
+	byName map[string]*pool
+}
+
+// of returns template name's pool, making it if needed.
+func (ps *pools) of(name string) *pool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.byName == nil {
+		ps.byName = map[string]*pool{}
+	}
+	p := ps.byName[name]
+	if p == nil {
+		p = &pool{}
+		ps.byName[name] = p
+	}
+	return p
+}
+
+func (ps *pools) all() map[string]*pool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make(map[string]*pool, len(ps.byName))
+	for n, p := range ps.byName {
+		out[n] = p
+	}
+	return out
+}
+
+// sizes reports how many warm sandboxes each pool holds.
+func (ps *pools) sizes() map[string]int {
+	out := map[string]int{}
+	for n, p := range ps.all() {
+		out[n] = p.size()
+	}
+	return out
+}
+
+// owned adds the ids of every warm sandbox to ids.
+func (ps *pools) owned(ids map[string]bool) {
+	for _, p := range ps.all() {
+		p.mu.Lock()
+		for _, e := range p.ready {
+			ids[e.b.id] = true
+		}
+		p.mu.Unlock()
+	}
+}
+
 // pool keeps a template's warm sandboxes: restored from its snapshot and
 // paused, waiting to be claimed.
 type pool struct {
@@ -28,31 +79,65 @@ type poolEntry struct {
 	rec store.Sandbox
 }
 
-func (m *Manager) poolOf(name string) *pool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pools[name]
-	if p == nil {
-		p = &pool{}
-		m.pools[name] = p
+func (p *pool) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
+// take removes the oldest warm sandbox.
+func (p *pool) take() (poolEntry, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready) == 0 {
+		return poolEntry{}, false
 	}
-	return p
+	e := p.ready[0]
+	p.ready = p.ready[1:]
+	return e, true
+}
+
+// put adds a warm sandbox, first in line when front is set.
+func (p *pool) put(e poolEntry, front bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if front {
+		p.ready = append([]poolEntry{e}, p.ready...)
+	} else {
+		p.ready = append(p.ready, e)
+	}
+}
+
+// drain removes every warm sandbox.
+func (p *pool) drain() []poolEntry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.ready
+	p.ready = nil
+	return out
+}
+
+// fill marks the pool as being filled; it reports false if it already is.
+func (p *pool) fill(on bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on && p.filling {
+		return false
+	}
+	p.filling = on
+	return true
 }
 
 // claim takes a warm sandbox of opts.Template, if one is ready, and wakes
 // it as a new sandbox. The pool refills in the background.
 func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sandbox, bool) {
-	p := m.poolOf(opts.Template)
+	p := m.pools.of(opts.Template)
 	defer m.refillLater(opts.Template)
 	for {
-		p.mu.Lock()
-		if len(p.ready) == 0 {
-			p.mu.Unlock()
+		e, ok := p.take()
+		if !ok {
 			return nil, store.Sandbox{}, false
 		}
-		e := p.ready[0]
-		p.ready = p.ready[1:]
-		p.mu.Unlock()
 		e.rec.Env, e.rec.Metadata, e.rec.TimeoutS, e.rec.CreatedAt = opts.Env, opts.Metadata, opts.TimeoutS, time.Now().UTC()
 		if err := m.opts.Store.PutSandbox(ctx, e.rec); err != nil {
 			m.discard(e)
@@ -60,9 +145,7 @@ func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sa
 		}
 		if err := m.claimPolicy(ctx, e.b.id, opts.Network); err != nil {
 			m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
-			p.mu.Lock()
-			p.ready = append([]poolEntry{e}, p.ready...)
-			p.mu.Unlock()
+			p.put(e, true)
 			_ = m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			return nil, store.Sandbox{}, false
 		}
@@ -79,35 +162,24 @@ func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sa
 
 func (m *Manager) discard(e poolEntry) {
 	m.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
-	m.dropMeter(e.b.id)
+	m.reg.remove(e.b.id)
 }
 
-func (m *Manager) refillLater(name string) { go m.refill(context.Background(), name) }
+func (m *Manager) refillLater(name string) { m.spawn(func() { m.refill(context.Background(), name) }) }
 
 // refill restores sandboxes into a template's pool until it holds its size.
 func (m *Manager) refill(ctx context.Context, name string) {
-	p := m.poolOf(name)
-	p.mu.Lock()
-	if p.filling {
-		p.mu.Unlock()
+	p := m.pools.of(name)
+	if !p.fill(true) {
 		return
 	}
-	p.filling = true
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.filling = false
-		p.mu.Unlock()
-	}()
-	for !m.closing.Load() {
+	defer p.fill(false)
+	for !m.closing() {
 		t, err := m.opts.Store.GetTemplate(ctx, name)
 		if err != nil {
 			return // deleted
 		}
-		p.mu.Lock()
-		n := len(p.ready)
-		p.mu.Unlock()
-		if n >= t.PoolSize {
+		if p.size() >= t.PoolSize {
 			return
 		}
 		sn, err := m.opts.Store.GetSnapshot(ctx, t.SnapshotID)
@@ -132,13 +204,12 @@ func (m *Manager) refill(ctx context.Context, name string) {
 				m.teardown(b, err)
 			}
 			m.detachNetwork(id)
-			m.removeDir(rec.Dir, m.log)
+			m.reg.remove(id)
+			removeDir(rec.Dir, m.log)
 			return
 		}
-		p.mu.Lock()
-		p.ready = append(p.ready, poolEntry{b: b, rec: rec})
-		p.mu.Unlock()
-		if m.closing.Load() {
+		p.put(poolEntry{b: b, rec: rec}, false)
+		if m.closing() {
 			m.drainPool(name)
 		}
 	}
@@ -152,10 +223,10 @@ func (m *Manager) prewarm(ctx context.Context, b *box) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
 	}
-	if err := m.connect(ctx, b); err != nil {
+	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		return err
 	}
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
@@ -191,21 +262,13 @@ func (m *Manager) CreateTemplate(ctx context.Context, name, snapshotID string, p
 
 // drainPool ends a template's warm sandboxes.
 func (m *Manager) drainPool(name string) {
-	p := m.poolOf(name)
-	p.mu.Lock()
-	ready := p.ready
-	p.ready = nil
-	p.mu.Unlock()
-	for _, e := range ready {
+	for _, e := range m.pools.of(name).drain() {
 		m.discard(e)
 	}
 }
 
 func (m *Manager) templateInfo(t store.Template) TemplateInfo {
-	p := m.poolOf(t.Name)
-	p.mu.Lock()
-	n := len(p.ready)
-	p.mu.Unlock()
+	n := m.pools.of(t.Name).size()
 	return TemplateInfo{Name: t.Name, SnapshotID: t.SnapshotID, PoolSize: t.PoolSize, PoolReady: n, CreatedAt: t.CreatedAt}
 }
 
@@ -257,13 +320,7 @@ func (m *Manager) startPools(ctx context.Context) error {
 
 // stopPools ends every warm sandbox (at stop).
 func (m *Manager) stopPools() {
-	m.mu.Lock()
-	names := make([]string, 0, len(m.pools))
-	for n := range m.pools {
-		names = append(names, n)
-	}
-	m.mu.Unlock()
-	for _, n := range names {
+	for n := range m.pools.all() {
 		m.drainPool(n)
 	}
 }

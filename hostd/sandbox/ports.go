@@ -23,7 +23,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	}
 	st, err := b.vm.Dial(ctx, channel.PortForwardPort)
 	if err != nil {
-		return nil, m.streamErr(b, fmt.Errorf("sandbox: dial port forward: %w", err))
+		return nil, b.streamErr(fmt.Errorf("sandbox: dial port forward: %w", err))
 	}
 	// The guest answers the header within its own dial timeout (5 s).
 	_ = st.SetDeadline(time.Now().Add(openTimeout))
@@ -31,7 +31,7 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 	_ = st.SetDeadline(time.Time{})
 	if err != nil {
 		st.Close()
-		return nil, m.streamErr(b, err)
+		return nil, b.streamErr(err)
 	}
 	return conn, nil
 }

@@ -123,23 +123,11 @@ func (m *Manager) orphanCandidates(ctx context.Context) []string {
 
 // ownedIDs are the ids of live and warm sandboxes.
 func (m *Manager) ownedIDs() map[string]bool {
-	m.mu.Lock()
 	owned := map[string]bool{}
-	for id := range m.boxes {
-		owned[id] = true
+	for _, b := range m.reg.boxes() {
+		owned[b.id] = true
 	}
-	pools := make([]*pool, 0, len(m.pools))
-	for _, p := range m.pools {
-		pools = append(pools, p)
-	}
-	m.mu.Unlock()
-	for _, p := range pools {
-		p.mu.Lock()
-		for _, e := range p.ready {
-			owned[e.b.id] = true
-		}
-		p.mu.Unlock()
-	}
+	m.pools.owned(owned)
 	return owned
 }
 
@@ -179,6 +167,6 @@ func (m *Manager) reapDir(id string) {
 	dir := filepath.Join(m.opts.DataDir, "sandboxes", id)
 	if _, err := os.Stat(dir); err == nil {
 		m.log.Warn("reaper: removing orphaned sandbox dir", "sandbox_id", id)
-		m.removeDir(dir, m.log)
+		removeDir(dir, m.log)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -40,26 +41,100 @@ type execTrack struct {
 // endGrace is how long an ended exec still takes network events.
 const endGrace = 3 * time.Second
 
-// recState is the recorder's state per sandbox, kept across pauses.
-type recState struct {
+// execLog is the recorder's state of one sandbox, kept across its pauses
+// in its entry: the exec sessions it tracks and the cursor in the guest's
+// event ring.
+type execLog struct {
 	mu    sync.Mutex
-	execs map[string]map[string]*execTrack // sandbox id → exec id → track
-	guest map[string]*guestCursor          // sandbox id → guest event cursor
+	execs map[string]*execTrack // exec id → track
+	guest guestCursor
 }
 
-func (r *recState) init() {
-	r.execs = map[string]map[string]*execTrack{}
-	r.guest = map[string]*guestCursor{}
+func (r *execLog) init() {
+	r.execs = map[string]*execTrack{}
+	r.guest.after = math.MaxUint64
 }
 
-// prune forgets sandbox id's execs that ended over endGrace ago. Call with
-// mu held.
-func (r *recState) prune(id string) {
-	for execID, t := range r.execs[id] {
+// add tracks a new exec, forgetting those that ended over endGrace ago.
+func (r *execLog) add(execID string, t *execTrack) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prune()
+	t.awaited = true
+	r.execs[execID] = t
+}
+
+// prune forgets execs that ended over endGrace ago. Call with mu held.
+func (r *execLog) prune() {
+	for execID, t := range r.execs {
 		if !t.ended.IsZero() && time.Since(t.ended) > endGrace {
-			delete(r.execs[id], execID)
+			delete(r.execs, execID)
 		}
 	}
+}
+
+// find returns exec execID's track, or nil.
+func (r *execLog) find(execID string) *execTrack {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.execs[execID]
+}
+
+// causeOf is the cause of exec session execID.
+func (r *execLog) causeOf(execID string) (recorder.Cause, bool) {
+	if t := r.find(execID); t != nil {
+		return t.cause, true
+	}
+	return recorder.Cause{}, false
+}
+
+// active is the cause of the exec to which the sandbox's network traffic
+// is attributed: its newest running exec, else the one that ended last
+// within endGrace ("" exec id when there is none).
+func (r *execLog) active() (recorder.Cause, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prune()
+	var best *execTrack
+	var bestID string
+	for execID, t := range r.execs {
+		if best == nil || (t.ended.IsZero() && !best.ended.IsZero()) || (t.ended.IsZero() == best.ended.IsZero() && t.started.After(best.started)) {
+			best, bestID = t, execID
+		}
+	}
+	if best == nil {
+		return recorder.Cause{}, ""
+	}
+	return best.cause, bestID
+}
+
+// unawaited marks the execs whose wait a pause ended as awaited again and
+// returns them.
+func (r *execLog) unawaited() map[string]*execTrack {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]*execTrack{}
+	for execID, t := range r.execs {
+		if !t.awaited {
+			t.awaited = true
+			out[execID] = t
+		}
+	}
+	return out
+}
+
+// setAwaited sets whether a goroutine waits for t's end.
+func (r *execLog) setAwaited(t *execTrack, v bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.awaited = v
+}
+
+// markEnded stamps t's end.
+func (r *execLog) markEnded(t *execTrack) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.ended = time.Now()
 }
 
 // setState stores a sandbox's state and records the change.
@@ -90,16 +165,9 @@ func (m *Manager) execStarted(ctx context.Context, b *box, argv []string, cwd st
 	t := &execTrack{cause: m.opts.Recorder.CauseOf(ctx), started: time.Now(), done: make(chan struct{})}
 	keys := slices.Sorted(maps.Keys(env))
 	t.data = recorder.ExecData{ExecID: execID, Phase: recorder.PhaseStart, Argv: argv, Cwd: cwd, EnvKeys: keys, Tty: tty, Started: t.started.UTC()}
-	m.rs.mu.Lock()
-	if m.rs.execs[b.id] == nil {
-		m.rs.execs[b.id] = map[string]*execTrack{}
-	}
-	m.rs.prune(b.id)
-	m.rs.execs[b.id][execID] = t
-	t.awaited = true
-	m.rs.mu.Unlock()
+	m.reg.get(b.id).rec.add(execID, t)
 	m.opts.Recorder.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
-	go m.awaitExec(b, execID, t)
+	m.spawn(func() { m.awaitExec(b, execID, t) })
 }
 
 // awaitExec waits for session execID of b to exit, then records its end
@@ -109,7 +177,7 @@ func (m *Manager) awaitExec(b *box, execID string, t *execTrack) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for {
-		c, err := m.agent(ctx, b)
+		c, err := b.client(ctx)
 		var sum agentclient.Summary
 		if err == nil {
 			sum, err = c.Summary(ctx, execID, execWaitStep)
@@ -126,9 +194,7 @@ func (m *Manager) awaitExec(b *box, execID string, t *execTrack) {
 			select {
 			case <-b.gone:
 				if errors.Is(b.why, ErrPaused) {
-					m.rs.mu.Lock()
-					t.awaited = false
-					m.rs.mu.Unlock()
+					m.reg.get(b.id).rec.setAwaited(t, false)
 				} else {
 					m.execEnded(b.id, execID, t, sum, "the sandbox ended first")
 				}
@@ -157,9 +223,7 @@ func (m *Manager) execEnded(id, execID string, t *execTrack, sum agentclient.Sum
 	}
 	m.opts.Recorder.Add(context.Background(), recorder.Entry{SandboxID: id, Type: recorder.TypeExec, Cause: t.cause,
 		Time: end, Start: t.started, Data: d})
-	m.rs.mu.Lock()
-	t.ended = time.Now()
-	m.rs.mu.Unlock()
+	m.reg.get(id).rec.markEnded(t)
 	close(t.done)
 }
 
@@ -170,9 +234,11 @@ func outputSummary(s agentclient.StreamSummary) *recorder.OutputSummary {
 // waitEnd waits (briefly) until session execID's end event is recorded, so
 // that a caller who saw the exit finds it in the log.
 func (m *Manager) waitEnd(ctx context.Context, id, execID string) {
-	m.rs.mu.Lock()
-	t := m.rs.execs[id][execID]
-	m.rs.mu.Unlock()
+	e := m.reg.find(id)
+	if e == nil {
+		return
+	}
+	t := e.rec.find(execID)
 	if t == nil {
 		return
 	}
@@ -185,60 +251,20 @@ func (m *Manager) waitEnd(ctx context.Context, id, execID string) {
 
 // resumeExecs hands the execs whose wait a pause ended to the resumed box.
 func (m *Manager) resumeExecs(b *box) {
-	m.rs.mu.Lock()
-	defer m.rs.mu.Unlock()
-	for execID, t := range m.rs.execs[b.id] {
-		if !t.awaited {
-			t.awaited = true
-			go m.awaitExec(b, execID, t)
-		}
+	for execID, t := range m.reg.get(b.id).rec.unawaited() {
+		m.spawn(func() { m.awaitExec(b, execID, t) })
 	}
-}
-
-// activeCause is the cause of the exec to which sandbox id's network
-// traffic is attributed: its newest running exec, else the one that ended
-// last within endGrace ("" exec id when there is none).
-func (m *Manager) activeCause(id string) (recorder.Cause, string) {
-	m.rs.mu.Lock()
-	defer m.rs.mu.Unlock()
-	m.rs.prune(id)
-	var best *execTrack
-	var bestID string
-	for execID, t := range m.rs.execs[id] {
-		if best == nil || (t.ended.IsZero() && !best.ended.IsZero()) || (t.ended.IsZero() == best.ended.IsZero() && t.started.After(best.started)) {
-			best, bestID = t, execID
-		}
-	}
-	if best == nil {
-		return recorder.Cause{}, ""
-	}
-	return best.cause, bestID
-}
-
-// causeOfExec is the cause of exec session execID of sandbox id.
-func (m *Manager) causeOfExec(id, execID string) (recorder.Cause, bool) {
-	m.rs.mu.Lock()
-	defer m.rs.mu.Unlock()
-	t := m.rs.execs[id][execID]
-	if t == nil {
-		return recorder.Cause{}, false
-	}
-	return t.cause, true
 }
 
 // RecordNetwork records an egress proxy event, attributed to the
 // sandbox's newest running exec.
 func (m *Manager) RecordNetwork(ev egress.Event) {
-	cause, execID := m.activeCause(ev.SandboxID)
+	var cause recorder.Cause
+	var execID string
+	if e := m.reg.find(ev.SandboxID); e != nil {
+		cause, execID = e.rec.active()
+	}
 	m.opts.Recorder.Add(context.Background(), recorder.Entry{SandboxID: ev.SandboxID, Type: recorder.TypeNetwork, Cause: cause, Time: ev.Time,
 		Data: recorder.NetworkData{Kind: ev.Kind, Host: ev.Host, Port: ev.Port, Method: ev.Method, Path: ev.Path, BytesOut: ev.BytesOut,
 			BytesIn: ev.BytesIn, Allowed: ev.Allowed, Rule: ev.Rule, Status: ev.Status, ExecID: execID}})
-}
-
-// forgetRecords drops the recorder's state of a deleted sandbox.
-func (m *Manager) forgetRecords(id string) {
-	m.rs.mu.Lock()
-	defer m.rs.mu.Unlock()
-	delete(m.rs.execs, id)
-	delete(m.rs.guest, id)
 }

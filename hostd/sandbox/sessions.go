@@ -48,9 +48,9 @@ func (m *Manager) Attach(ctx context.Context, id, execID string, offset uint64, 
 	}
 	ctx, cancel := b.bind(ctx)
 	defer cancel()
-	c, err := m.agent(ctx, b)
+	c, err := b.client(ctx)
 	if err != nil {
-		return m.streamErr(b, err)
+		return b.streamErr(err)
 	}
 	return m.follow(ctx, b, c, execID, offset, emit)
 }

@@ -12,46 +12,20 @@ import (
 
 // A sandbox's TTL (timeout_s) runs from its creation across pauses and
 // resumes; when it ends the sandbox is deleted, or paused when its
-// on_timeout is "pause". ExtendTimeout sets a new end.
+// on_timeout is "pause". ExtendTimeout sets a new end. The timer is the
+// entry's (registry.go).
 
-// armTTL starts id's TTL timer to end after d, unless one is running.
-func (m *Manager) armTTL(id string, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.ttls == nil {
-		m.ttls = map[string]*ttl{}
-	}
-	if _, ok := m.ttls[id]; ok || d <= 0 {
-		return
-	}
-	t := &ttl{end: time.Now().Add(d)}
-	t.timer = time.AfterFunc(d, func() { m.expire(id) })
-	m.ttls[id] = t
-}
-
-type ttl struct {
-	end   time.Time
-	timer *time.Timer
-}
-
-// disarmTTL stops id's TTL timer.
-func (m *Manager) disarmTTL(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if t, ok := m.ttls[id]; ok {
-		t.timer.Stop()
-		delete(m.ttls, id)
-	}
+// armTTL starts e's TTL timer to end after d, unless one is running.
+func (m *Manager) armTTL(e *entry, d time.Duration) {
+	e.ttl.arm(d, func() { m.spawn(func() { m.expire(e.id) }) })
 }
 
 // expire ends sandbox id's TTL: delete, or pause.
 func (m *Manager) expire(id string) {
-	m.mu.Lock()
-	delete(m.ttls, id)
-	m.mu.Unlock()
 	ctx := context.Background()
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + string(m.limitsOf(ctx, id).OnTimeout)})
-	if m.limitsOf(ctx, id).OnTimeout == OnTimeoutPause {
+	onTimeout := m.limitsOf(ctx, id).OnTimeout
+	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + onTimeout})
+	if onTimeout == OnTimeoutPause {
 		m.log.Info("sandbox timeout reached; pausing", "sandbox_id", id)
 		if _, err := m.Pause(ctx, id); err != nil && !errors.Is(err, ErrNotRunning) && !errors.Is(err, ErrNotFound) {
 			m.log.Error("pause expired sandbox", "sandbox_id", id, "err", err)
@@ -64,26 +38,28 @@ func (m *Manager) expire(id string) {
 	}
 }
 
+// MaxTimeoutS is the longest timeout_s that ExtendTimeout takes (a year).
+const MaxTimeoutS = 366 * 24 * 3600
+
 // ExtendTimeout makes sandbox id's TTL end timeoutS seconds from now.
 func (m *Manager) ExtendTimeout(ctx context.Context, id string, timeoutS int) (Info, error) {
-	if timeoutS < 1 {
-		return Info{}, fmt.Errorf("%w: timeout_s must be at least 1", ErrInvalid)
+	if timeoutS < 1 || timeoutS > MaxTimeoutS {
+		return Info{}, fmt.Errorf("%w: timeout_s must be 1..%d", ErrInvalid, MaxTimeoutS)
 	}
 	if _, err := m.opts.Store.GetSandbox(ctx, id); err != nil {
 		return Info{}, m.notFound(err, id)
 	}
-	m.disarmTTL(id)
-	m.armTTL(id, time.Duration(timeoutS)*time.Second)
+	e := m.reg.get(id)
+	e.ttl.disarm()
+	m.armTTL(e, time.Duration(timeoutS)*time.Second)
 	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: fmt.Sprintf("timeout set to %ds from now", timeoutS)})
 	return m.Get(ctx, id)
 }
 
 // Deadline is when sandbox id's TTL ends (zero without one).
 func (m *Manager) Deadline(id string) time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if t, ok := m.ttls[id]; ok {
-		return t.end
+	if e := m.reg.find(id); e != nil {
+		return e.ttl.deadline()
 	}
 	return time.Time{}
 }
@@ -95,15 +71,5 @@ func (m *Manager) rearmTTL(r store.Sandbox) {
 		return
 	}
 	left := time.Until(r.CreatedAt.Add(time.Duration(r.TimeoutS) * time.Second))
-	m.armTTL(r.ID, max(left, time.Second))
-}
-
-// stopTTLs stops every TTL timer (at Close).
-func (m *Manager) stopTTLs() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id, t := range m.ttls {
-		t.timer.Stop()
-		delete(m.ttls, id)
-	}
+	m.armTTL(m.reg.get(r.ID), max(left, time.Second))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/snapshot"
 )
 
 // Sentinel errors. The API maps them to HTTP statuses at its boundary; file
@@ -28,9 +29,9 @@ var (
 	// ErrDeleted ends an exec stream whose sandbox was deleted under it.
 	ErrDeleted = errors.New("sandbox: deleted")
 	// ErrInUse refuses to delete a snapshot that something still uses.
-	ErrInUse = errors.New("sandbox: in use")
+	ErrInUse = snapshot.ErrInUse
 	// ErrCorrupt refuses a snapshot whose files fail their checksums.
-	ErrCorrupt = errors.New("sandbox: snapshot corrupt")
+	ErrCorrupt = snapshot.ErrCorrupt
 	// ErrPaused is returned for calls that need a running sandbox while it
 	// is paused (resume it first).
 	ErrPaused = errors.New("sandbox: paused")
@@ -113,21 +114,8 @@ type SnapshotOptions struct {
 	Cwd string
 }
 
-// SnapshotInfo describes a snapshot.
-type SnapshotInfo struct {
-	ID        string
-	Kind      string
-	SandboxID string
-	// ParentID is the snapshot this one's disk layer overlays (lineage).
-	ParentID  string
-	VCPUs     int
-	MemoryMiB int
-	SizeBytes int64
-	CacheKey  string
-	CreatedAt time.Time
-	// Children are the snapshots and sandboxes that refer to this one.
-	UsedBy []string
-}
+// SnapshotInfo describes a snapshot and its lineage.
+type SnapshotInfo = snapshot.Info
 
 // TemplateInfo describes a template: a named snapshot with a warm pool.
 type TemplateInfo struct {

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Usage is what a sandbox has consumed since it was created (by this
@@ -33,40 +35,12 @@ type meter struct {
 	peak uint64
 }
 
-func (m *Manager) meterOf(id string) *meter {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.meters == nil {
-		m.meters = map[string]*meter{}
+// allocated is the disk space a file takes (holes are free).
+func allocated(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
 	}
-	mt := m.meters[id]
-	if mt == nil {
-		mt = &meter{}
-		m.meters[id] = mt
-	}
-	return mt
-}
-
-func (m *Manager) dropMeter(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.meters, id)
-}
-
-// settle folds b's cgroup counters into its meter before the cgroup goes.
-func (m *Manager) settle(b *box) {
-	if b.cgroup == nil {
-		return
-	}
-	st, err := b.cgroup.Stats()
-	if err != nil {
-		return
-	}
-	mt := m.meterOf(b.id)
-	mt.mu.Lock()
-	mt.cpu += st.CPUSeconds
-	mt.peak = max(mt.peak, st.MemoryPeakBytes)
-	mt.mu.Unlock()
+	return fi.Size()
 }
 
 // Usage reports what sandbox id has consumed.
@@ -75,14 +49,12 @@ func (m *Manager) Usage(ctx context.Context, id string) (Usage, error) {
 	if err != nil {
 		return Usage{}, m.notFound(err, id)
 	}
-	mt := m.meterOf(id)
+	e := m.reg.get(id)
+	mt := &e.meter
 	mt.mu.Lock()
 	u := Usage{CPUSeconds: mt.cpu, MemoryPeakBytes: mt.peak, BytesIn: mt.in.Load(), BytesOut: mt.out.Load()}
 	mt.mu.Unlock()
-	m.mu.Lock()
-	b := m.boxes[id]
-	m.mu.Unlock()
-	if b != nil && b.cgroup != nil {
+	if b := e.live(); b != nil && b.cgroup != nil {
 		if st, err := b.cgroup.Stats(); err == nil {
 			u.CPUSeconds += st.CPUSeconds
 			u.MemoryBytes = st.MemoryBytes

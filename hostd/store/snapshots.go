@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/agentbox/agentbox/snapshot"
 )
 
 // SandboxVM is the part of a sandbox's state that snapshots change: which
@@ -49,24 +51,8 @@ func (s *Store) DeleteSandboxVM(ctx context.Context, id string) error {
 	return err
 }
 
-// Snapshot is one row of the snapshots table.
-type Snapshot struct {
-	ID string
-	// Kind is "snapshot" (asked for), "fork" (made for a fork) or "step"
-	// (a template build step).
-	Kind      string
-	SandboxID string
-	// ParentID is the snapshot whose disk layer this one's layer overlays.
-	ParentID         string
-	Dir              string
-	VCPUs, MemoryMiB int
-	Env              map[string]string
-	Cwd              string
-	Backend          string
-	SizeBytes        int64
-	CacheKey         string
-	CreatedAt        time.Time
-}
+// Snapshot is one row of the snapshots table: the snapshot engine's record.
+type Snapshot = snapshot.Record
 
 const snapshotColumns = `id, kind, sandbox_id, parent_id, dir, vcpus, memory_mib, env, cwd, backend, size_bytes, cache_key, created_at`
 

@@ -1,0 +1,187 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/agent/agentclient"
+	"github.com/agentbox/agentbox/agent/channel"
+	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// box is one VM of a sandbox and its agent connection. A sandbox has a new
+// box after each resume; what outlives the VM is in its entry.
+type box struct {
+	id  string
+	dir string
+	vm  vmm.VM
+	log *slog.Logger
+	// op serializes lifecycle operations (snapshot, pause, delete).
+	op sync.Mutex
+	// overlay is the disk file the VM writes; snapshotID the snapshot whose
+	// layer it overlays; disks counts overlays made, for their names.
+	overlay    string
+	snapshotID string
+	disks      int
+	// cwd is the default working directory of commands (from a template).
+	cwd  string
+	gone chan struct{} // closed when the sandbox is deleted, paused or fails
+	// why says why gone was closed (ErrDeleted, ErrPaused or a failure).
+	why  error
+	once sync.Once
+
+	// meter counts the agent channel's bytes (the entry's).
+	meter *meter
+	// spawn runs background work that the manager's Close waits for.
+	spawn func(func()) bool
+	mu    sync.Mutex
+	agent *agentclient.Client
+
+	limits Limits
+	cgroup *cgroup.Group
+	// last is the time of the last API activity (unix ns); execs counts
+	// the execs running.
+	last  atomic.Int64
+	execs atomic.Int32
+}
+
+// end closes gone, once, saying why.
+func (b *box) end(why error) {
+	b.once.Do(func() {
+		b.why = why
+		close(b.gone)
+	})
+}
+
+// touch records API activity on b.
+func (b *box) touch() { b.last.Store(time.Now().UnixNano()) }
+
+// bind returns a ctx that also ends when the sandbox goes.
+func (b *box) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() { // ends with ctx, which every caller cancels
+		select {
+		case <-b.gone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// nextOverlay names the box's next overlay file.
+func (b *box) nextOverlay() string {
+	p := filepath.Join(b.dir, fmt.Sprintf("disk-%d.qcow2", b.disks))
+	b.disks++
+	return p
+}
+
+// client returns the box's agent client, dialing it if needed. The drivers'
+// Dial retries until the guest serves or ctx ends (vmm.VM.Dial).
+func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.agent != nil {
+		return b.agent, nil
+	}
+	conn, err := b.vm.Dial(ctx, channel.AgentPort)
+	if err != nil {
+		return nil, err
+	}
+	c := agentclient.New(countingConn{Conn: conn, mt: b.meter})
+	if _, err := c.Health(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	b.agent = c
+	b.spawn(func() {
+		_ = c.Wait(context.Background())
+		b.mu.Lock()
+		if b.agent == c {
+			b.agent = nil
+		}
+		b.mu.Unlock()
+	})
+	return c, nil
+}
+
+// connect dials b's agent within timeout; on failure it stops the VM.
+func (b *box) connect(ctx context.Context, timeout time.Duration) error {
+	bctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := b.client(bctx); err != nil {
+		stopErr := b.vm.Stop(context.WithoutCancel(ctx))
+		return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
+	}
+	return nil
+}
+
+// closeAgent closes the agent connection, if any.
+func (b *box) closeAgent() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.agent != nil {
+		b.agent.Close()
+		b.agent = nil
+	}
+}
+
+// streamErr explains an error that ended a call on a live sandbox.
+func (b *box) streamErr(err error) error {
+	select {
+	case <-b.gone:
+		return fmt.Errorf("%w (%v)", b.why, err)
+	default:
+	}
+	select {
+	case <-b.vm.Done():
+		return fmt.Errorf("%w: vm exited", ErrNotRunning)
+	default:
+	}
+	return err
+}
+
+// settle folds b's cgroup counters into its meter before the cgroup goes.
+func (b *box) settle() {
+	if b.cgroup == nil {
+		return
+	}
+	st, err := b.cgroup.Stats()
+	if err != nil {
+		return
+	}
+	b.meter.mu.Lock()
+	b.meter.cpu += st.CPUSeconds
+	b.meter.peak = max(b.meter.peak, st.MemoryPeakBytes)
+	b.meter.mu.Unlock()
+}
+
+// removeCgroup deletes b's cgroup once its VMM process has exited.
+func (b *box) removeCgroup() {
+	if b.cgroup == nil {
+		return
+	}
+	if err := b.cgroup.Delete(); err != nil {
+		b.log.Error("remove cgroup", "sandbox_id", b.id, "err", err)
+	}
+	b.cgroup = nil
+}
+
+// cpu is the CPU time of b's VMM cgroup (0 without one).
+func (b *box) cpu() float64 {
+	if b.cgroup == nil {
+		return 0
+	}
+	st, err := b.cgroup.Stats()
+	if err != nil {
+		return 0
+	}
+	return st.CPUSeconds
+}

@@ -1,0 +1,481 @@
+package snapshot
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/disk"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// LayerFile is a snapshot's frozen disk layer, in its directory.
+const LayerFile = "disk.qcow2"
+
+// Kinds of snapshot. Fork snapshots are collected once nothing uses them.
+const (
+	KindSnapshot = "snapshot"
+	KindFork     = "fork"
+	KindStep     = "step"
+)
+
+// ErrInUse refuses to delete a snapshot that something still uses.
+var ErrInUse = errors.New("snapshot: in use")
+
+// diskSwitcher is implemented by VMs that can move a running guest onto a
+// new overlay (QEMU). Without it a capture copies the overlay instead.
+type diskSwitcher interface {
+	SwitchDisk(ctx context.Context, index int, overlay string) error
+}
+
+// Record is a snapshot as the store keeps it.
+type Record struct {
+	ID string
+	// Kind is KindSnapshot (asked for), KindFork (made for a fork) or
+	// KindStep (a template build step).
+	Kind      string
+	SandboxID string
+	// ParentID is the snapshot whose disk layer this one's layer overlays.
+	ParentID         string
+	Dir              string
+	VCPUs, MemoryMiB int
+	Env              map[string]string
+	Cwd              string
+	Backend          string
+	SizeBytes        int64
+	CacheKey         string
+	CreatedAt        time.Time
+}
+
+// Info describes a snapshot with its lineage.
+type Info struct {
+	ID        string
+	Kind      string
+	SandboxID string
+	// ParentID is the snapshot this one's disk layer overlays (lineage).
+	ParentID  string
+	VCPUs     int
+	MemoryMiB int
+	SizeBytes int64
+	CacheKey  string
+	CreatedAt time.Time
+	// UsedBy are the snapshots, sandboxes and templates that refer to this
+	// one, sorted; a snapshot is deletable when it is empty.
+	UsedBy []string
+}
+
+// Store persists snapshot records and answers who uses a snapshot
+// (hostd/store implements it). Lookups of unknown ids return an error that
+// the caller can recognise (the store's own not-found error).
+type Store interface {
+	PutSnapshot(ctx context.Context, sn Record) error
+	GetSnapshot(ctx context.Context, id string) (Record, error)
+	ListSnapshots(ctx context.Context) ([]Record, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	SnapshotUsers(ctx context.Context, id string) ([]string, error)
+}
+
+// Flusher writes a guest's dirty filesystem data to its disk (the guest
+// agent's Freeze and Thaw do).
+type Flusher interface {
+	Freeze(ctx context.Context) error
+	Thaw(ctx context.Context) error
+}
+
+// Config configures an Engine.
+type Config struct {
+	// Dir holds one directory per snapshot.
+	Dir string
+	// Backend names the driver whose snapshots these are.
+	Backend string
+	Store   Store
+	Logger  *slog.Logger
+	// Own, if set, hands new files to the VMM's user.
+	Own func(paths ...string) error
+}
+
+// Engine captures and prepares snapshots. Its methods are safe for
+// concurrent use; captures of one VM must not overlap (the caller
+// serializes operations on a sandbox).
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	checker *Checker
+	wg      sync.WaitGroup // manifests being written
+}
+
+// New returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Dir == "" || cfg.Store == nil {
+		return nil, errors.New("snapshot: Dir and Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Own == nil {
+		cfg.Own = func(...string) error { return nil }
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, log: cfg.Logger, checker: NewChecker()}, nil
+}
+
+// Close waits for the manifests being written in the background.
+func (e *Engine) Close() { e.wg.Wait() }
+
+// Source is the running sandbox that Capture snapshots. Capture moves it
+// onto a new overlay when its VM can switch disks, and updates Overlay and
+// ParentID then.
+type Source struct {
+	SandboxID string
+	VM        vmm.VM
+	// Overlay is the disk file the VM writes; ParentID the snapshot whose
+	// layer it overlays ("" for the base image).
+	Overlay  string
+	ParentID string
+	// NextOverlay names a fresh overlay file of the sandbox.
+	NextOverlay func() string
+	// VCPUs, MemoryMiB, Env and Cwd are recorded for sandboxes started
+	// from the snapshot.
+	VCPUs, MemoryMiB int
+	Env              map[string]string
+	Cwd              string
+}
+
+// Options are the choices of one capture.
+type Options struct {
+	// Kind is KindSnapshot (default), KindFork or KindStep.
+	Kind string
+	// CacheKey is recorded for template build steps.
+	CacheKey string
+	// StayPaused leaves the VM paused after the capture.
+	StayPaused bool
+	// BeforePause, if set, runs after the flush and before the pause (the
+	// flight recorder drains the guest's events there).
+	BeforePause func(ctx context.Context)
+}
+
+// Capture snapshots src: the guest's filesystems are flushed through f, the
+// VM is paused, its overlay becomes the snapshot's read-only layer (under a
+// fresh overlay, or as a copy), and its device state and memory are saved.
+// The VM resumes unless opts.StayPaused. The snapshot is usable at once; its
+// manifest is written in the background (Close waits for it).
+func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Options) (Record, error) {
+	if opts.Kind == "" {
+		opts.Kind = KindSnapshot
+	}
+	// A flush barrier: freeze writes everything out, thaw at once, so the
+	// saved memory holds no frozen filesystem.
+	if err := errors.Join(f.Freeze(ctx), f.Thaw(ctx)); err != nil {
+		return Record{}, fmt.Errorf("snapshot: flush guest filesystems: %w", err)
+	}
+	if opts.BeforePause != nil {
+		opts.BeforePause(ctx)
+	}
+	if err := src.VM.Pause(ctx); err != nil {
+		return Record{}, fmt.Errorf("snapshot: pause: %w", err)
+	}
+	sn, err := e.capture(ctx, src, opts)
+	if !opts.StayPaused {
+		err = errors.Join(err, src.VM.Resume(context.WithoutCancel(ctx)))
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("snapshot: capture %s: %w", src.SandboxID, err)
+	}
+	e.log.Info("snapshot taken", "sandbox_id", src.SandboxID, "snapshot_id", sn.ID, "kind", sn.Kind, "size", sn.SizeBytes)
+	return sn, nil
+}
+
+// capture writes the snapshot of src's paused VM.
+func (e *Engine) capture(ctx context.Context, src *Source, opts Options) (Record, error) {
+	sn := Record{ID: "sn-" + randomHex(6), Kind: opts.Kind, SandboxID: src.SandboxID, ParentID: src.ParentID,
+		VCPUs: src.VCPUs, MemoryMiB: src.MemoryMiB, Env: src.Env, Cwd: src.Cwd, Backend: e.cfg.Backend,
+		CacheKey: opts.CacheKey, CreatedAt: time.Now().UTC()}
+	sn.Dir = filepath.Join(e.cfg.Dir, sn.ID)
+	if err := os.MkdirAll(sn.Dir, 0o700); err != nil {
+		return sn, err
+	}
+	fail := func(err error) (Record, error) {
+		os.RemoveAll(sn.Dir)
+		return sn, err
+	}
+	t0 := time.Now()
+	if err := e.freezeDisk(ctx, src, sn); err != nil {
+		return fail(err)
+	}
+	t1 := time.Now()
+	if err := src.VM.Snapshot(ctx, sn.Dir); err != nil {
+		return fail(err)
+	}
+	e.log.Debug("snapshot captured", "sandbox_id", src.SandboxID, "snapshot_id", sn.ID, "disk", t1.Sub(t0), "state", time.Since(t1))
+	names, size, err := dirFiles(sn.Dir)
+	if err != nil {
+		return fail(err)
+	}
+	// Restores may use the snapshot at once; its checksums are written in
+	// the background (a snapshot without them is refused after a restart).
+	if err := e.checker.Fresh(sn.Dir, names); err != nil {
+		return fail(err)
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.writeManifest(sn.Dir, names)
+	}()
+	sn.SizeBytes = size
+	if err := e.cfg.Store.PutSnapshot(ctx, sn); err != nil {
+		return fail(err)
+	}
+	return sn, nil
+}
+
+// freezeDisk makes src's current overlay the snapshot's layer. With a VM
+// that can switch disks, the overlay file itself becomes the layer
+// (hard-linked into the snapshot) and the guest moves onto a new overlay
+// backed by it; otherwise the layer is a streamed copy.
+func (e *Engine) freezeDisk(ctx context.Context, src *Source, sn Record) error {
+	layer := filepath.Join(sn.Dir, LayerFile)
+	sw, ok := src.VM.(diskSwitcher)
+	if !ok {
+		return copyFile(src.Overlay, layer)
+	}
+	if err := os.Link(src.Overlay, layer); err != nil {
+		return err
+	}
+	next := src.NextOverlay()
+	if err := disk.CreateOverlay(ctx, layer, next, 0); err != nil {
+		return err
+	}
+	if err := e.cfg.Own(next); err != nil {
+		return err
+	}
+	if err := sw.SwitchDisk(ctx, 0, next); err != nil {
+		os.Remove(next)
+		return err
+	}
+	if err := os.Chmod(layer, 0o444); err != nil {
+		return err
+	}
+	src.Overlay, src.ParentID = next, sn.ID
+	return nil
+}
+
+// writeManifest sums a fresh snapshot's files and writes their manifest,
+// unless they changed since the capture: then the snapshot stays without
+// one, and is refused.
+func (e *Engine) writeManifest(dir string, names []string) {
+	man, err := Sums(dir, names)
+	if err == nil && !e.checker.Unchanged(dir) {
+		err = errors.New("files changed after the capture")
+	}
+	if err == nil {
+		err = man.Write(dir)
+	}
+	if err != nil {
+		if _, serr := os.Stat(dir); serr == nil {
+			e.log.Error("snapshot manifest not written", "dir", dir, "err", err)
+		}
+		return
+	}
+	e.checker.Trust(dir, man)
+}
+
+// Prepare checks sn's files against its manifest and makes overlay, a
+// fresh copy-on-write disk on sn's layer, for a VM restored from it. A
+// snapshot that fails its checksums is refused with an error wrapping
+// ErrCorrupt; one made by another backend with vmm.ErrUnsupported.
+func (e *Engine) Prepare(ctx context.Context, sn Record, overlay string) error {
+	if sn.Backend != e.cfg.Backend {
+		return fmt.Errorf("%w: snapshot %s was made by %s, and this host runs %s", vmm.ErrUnsupported, sn.ID, sn.Backend, e.cfg.Backend)
+	}
+	if err := e.checker.Verify(sn.Dir); err != nil {
+		return err
+	}
+	if err := disk.CreateOverlay(ctx, filepath.Join(sn.Dir, LayerFile), overlay, 0); err != nil {
+		return err
+	}
+	return e.cfg.Own(overlay)
+}
+
+// Get describes snapshot id with its users.
+func (e *Engine) Get(ctx context.Context, id string) (Info, error) {
+	sn, err := e.cfg.Store.GetSnapshot(ctx, id)
+	if err != nil {
+		return Info{}, err
+	}
+	return e.Info(ctx, sn)
+}
+
+// List describes every snapshot.
+func (e *Engine) List(ctx context.Context) ([]Info, error) {
+	sns, err := e.cfg.Store.ListSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(sns))
+	for _, sn := range sns {
+		info, err := e.Info(ctx, sn)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Info describes sn with its users.
+func (e *Engine) Info(ctx context.Context, sn Record) (Info, error) {
+	users, err := e.cfg.Store.SnapshotUsers(ctx, sn.ID)
+	if err != nil {
+		return Info{}, err
+	}
+	sort.Strings(users)
+	return Info{ID: sn.ID, Kind: sn.Kind, SandboxID: sn.SandboxID, ParentID: sn.ParentID, VCPUs: sn.VCPUs,
+		MemoryMiB: sn.MemoryMiB, SizeBytes: sn.SizeBytes, CacheKey: sn.CacheKey, CreatedAt: sn.CreatedAt, UsedBy: users}, nil
+}
+
+// Delete removes a snapshot that nothing refers to, then collects the fork
+// snapshots that freed. A snapshot that a sandbox, another snapshot or a
+// template still uses is refused with ErrInUse.
+func (e *Engine) Delete(ctx context.Context, id string) error {
+	sn, err := e.cfg.Store.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	users, err := e.cfg.Store.SnapshotUsers(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("%w: snapshot %s is used by %v", ErrInUse, id, users)
+	}
+	if err := e.remove(ctx, sn); err != nil {
+		return err
+	}
+	e.Collect(ctx)
+	return nil
+}
+
+func (e *Engine) remove(ctx context.Context, sn Record) error {
+	if err := os.RemoveAll(sn.Dir); err != nil {
+		return err
+	}
+	e.log.Info("snapshot removed", "snapshot_id", sn.ID)
+	return e.cfg.Store.DeleteSnapshot(ctx, sn.ID)
+}
+
+// Collect removes fork snapshots that nothing refers to any more,
+// repeating while removing one frees its parent.
+func (e *Engine) Collect(ctx context.Context) {
+	for {
+		sns, err := e.cfg.Store.ListSnapshots(ctx)
+		if err != nil {
+			e.log.Error("gc: list snapshots", "err", err)
+			return
+		}
+		removed := 0
+		for _, sn := range sns {
+			if sn.Kind != KindFork {
+				continue
+			}
+			users, err := e.cfg.Store.SnapshotUsers(ctx, sn.ID)
+			if err != nil || len(users) > 0 {
+				continue
+			}
+			if err := e.remove(ctx, sn); err != nil {
+				e.log.Error("gc: remove snapshot", "snapshot_id", sn.ID, "err", err)
+				continue
+			}
+			removed++
+		}
+		if removed == 0 {
+			return
+		}
+	}
+}
+
+// Sweep removes snapshot directories that no record names (a capture that
+// did not finish before its host stopped).
+func (e *Engine) Sweep(ctx context.Context) error {
+	sns, err := e.cfg.Store.ListSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sn := range sns {
+		known[filepath.Base(sn.Dir)] = true
+	}
+	ents, err := os.ReadDir(e.cfg.Dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, ent := range ents {
+		if !known[ent.Name()] {
+			e.log.Warn("removing orphaned snapshot dir", "snapshot_id", ent.Name())
+			os.RemoveAll(filepath.Join(e.cfg.Dir, ent.Name()))
+		}
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func dirFiles(dir string) ([]string, int64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	var names []string
+	var size int64
+	for _, ent := range ents {
+		if ent.Name() == ManifestFile {
+			continue
+		}
+		fi, err := ent.Info()
+		if err != nil {
+			return nil, 0, err
+		}
+		names = append(names, ent.Name())
+		size += allocated(fi)
+	}
+	return names, size, nil
+}
+
+// allocated is the disk space a file takes (holes are free).
+func allocated(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
+// copyFile copies an overlay into a snapshot as its read-only layer,
+// streaming (an overlay can be large) and syncing before it counts.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	return errors.Join(err, dst.Sync(), dst.Close())
+}
