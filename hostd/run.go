@@ -107,7 +107,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return fmt.Errorf("hostd: %w", err)
 	}
 	defer ports.Close()
-	handler := api.New(api.Options{Manager: mgr, Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
+	handler := api.New(api.Options{Manager: mgr.Service(), Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
 		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer})
 	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }

@@ -26,7 +26,7 @@ type SecretStore interface {
 }
 
 var (
-	_ NetworkManager = (*sandbox.Manager)(nil)
+	_ NetworkManager = sandbox.Service{}
 	_ SecretStore    = (*secrets.Box)(nil)
 )
 

@@ -20,7 +20,7 @@ type SessionManager interface {
 	Resize(ctx context.Context, id, execID string, rows, cols int) error
 }
 
-var _ SessionManager = (*sandbox.Manager)(nil)
+var _ SessionManager = sandbox.Service{}
 
 // keepAliveEvery is how often an idle NDJSON stream gets a keepalive line,
 // so that proxies between hostd and the client do not cut it. A variable

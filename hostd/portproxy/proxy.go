@@ -42,7 +42,7 @@ type Authenticator interface {
 	Authenticate(r *http.Request) error
 }
 
-var _ Sandboxes = (*sandbox.Manager)(nil)
+var _ Sandboxes = sandbox.Service{}
 
 // Options configure New.
 type Options struct {

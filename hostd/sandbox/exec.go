@@ -11,33 +11,37 @@ import (
 	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
+// Execs runs commands in the manager's sandboxes: collected, streamed and
+// background exec sessions, their stdin, signals, terminals and timeouts.
+type Execs struct{ m *Manager }
+
 // Exec runs req in sandbox id and calls emit for each event in order: start,
 // output as it is produced, exit. It returns nil after the exit event, or the
 // error that ended the stream: ErrDeleted if the sandbox was deleted, or
 // ErrNotRunning if its VM died. A slow emit slows the command, not memory.
 // The command outlives a cancelled ctx; Attach reads on from any offset.
-func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, emit func(ExecEvent) error) error {
-	b, err := m.running(ctx, id)
+func (x *Execs) Exec(ctx context.Context, id string, req ExecRequest, emit func(ExecEvent) error) error {
+	b, err := x.m.running(ctx, id)
 	if err != nil {
 		return err
 	}
 	b.execs.Add(1)
 	defer b.execs.Add(-1)
-	defer m.opts.Metrics.Since("exec", time.Now())
+	defer x.m.opts.Metrics.Since("exec", time.Now())
 	ctx, cancel := b.bind(ctx)
 	defer cancel()
-	c, execID, err := m.start(ctx, b, req)
+	c, execID, err := x.start(ctx, b, req)
 	if err != nil {
 		return err
 	}
 	if err := emit(ExecEvent{Type: EventStart, ExecID: execID}); err != nil {
 		return err
 	}
-	return m.follow(ctx, b, c, execID, 0, emit)
+	return x.follow(ctx, b, c, execID, 0, emit)
 }
 
 // start launches req in the guest and feeds it its stdin, if any.
-func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentclient.Client, string, error) {
+func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclient.Client, string, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return nil, "", fmt.Errorf("%w: cmd is empty", ErrInvalid)
 	}
@@ -49,7 +53,7 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 	if req.Rows < 0 || req.Cols < 0 || req.Rows > 0xffff || req.Cols > 0xffff {
 		return nil, "", fmt.Errorf("%w: bad terminal size %dx%d", ErrInvalid, req.Rows, req.Cols)
 	}
-	rec, err := m.opts.Store.GetSandbox(ctx, b.id)
+	rec, err := x.m.opts.Store.GetSandbox(ctx, b.id)
 	if err != nil {
 		return nil, "", err
 	}
@@ -74,8 +78,8 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 		}
 		return nil, "", b.streamErr(err)
 	}
-	m.execStarted(ctx, b, req.Cmd, cwd, env, req.Tty, execID)
-	m.execDeadline(b, execID, req.TimeoutS)
+	x.m.rec.execStarted(ctx, b, req.Cmd, cwd, env, req.Tty, execID)
+	x.execDeadline(b, execID, req.TimeoutS)
 	if req.Stdin != nil {
 		// A terminal's stdin stays open: closing it would send EOF (^D).
 		if err := c.WriteStdin(ctx, execID, req.Stdin, !req.Tty); err != nil {
@@ -86,7 +90,7 @@ func (m *Manager) start(ctx context.Context, b *box, req ExecRequest) (*agentcli
 }
 
 // follow emits session execID's output from offset, then its exit.
-func (m *Manager) follow(ctx context.Context, b *box, c *agentclient.Client, execID string, offset uint64, emit func(ExecEvent) error) error {
+func (x *Execs) follow(ctx context.Context, b *box, c *agentclient.Client, execID string, offset uint64, emit func(ExecEvent) error) error {
 	exit, err := c.Follow(ctx, execID, offset, func(o agentclient.Output) error {
 		t := EventStdout
 		if o.Stderr {
@@ -100,21 +104,21 @@ func (m *Manager) follow(ctx context.Context, b *box, c *agentclient.Client, exe
 	if err != nil {
 		return b.streamErr(err)
 	}
-	m.waitEnd(ctx, b.id, execID)
+	x.m.rec.waitEnd(ctx, b.id, execID)
 	return emit(ExecEvent{Type: EventExit, ExitCode: exit.Code, Signal: exit.Signal})
 }
 
 // Signal sends sig to a running command's process group.
-func (m *Manager) Signal(ctx context.Context, id, execID string, sig syscall.Signal) error {
-	return m.onSession(ctx, id, execID, func(c *agentclient.Client) error {
+func (x *Execs) Signal(ctx context.Context, id, execID string, sig syscall.Signal) error {
+	return x.onSession(ctx, id, execID, func(c *agentclient.Client) error {
 		return c.Signal(ctx, execID, sig)
 	})
 }
 
 // onSession calls fn with sandbox id's agent and maps a missing session to
 // ErrNotFound.
-func (m *Manager) onSession(ctx context.Context, id, execID string, fn func(*agentclient.Client) error) error {
-	b, err := m.live(ctx, id)
+func (x *Execs) onSession(ctx context.Context, id, execID string, fn func(*agentclient.Client) error) error {
+	b, err := x.m.live(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -139,21 +143,21 @@ func (m *Manager) onSession(ctx context.Context, id, execID string, fn func(*age
 // it (killing a session that has exited does nothing). The timer belongs to
 // the sandbox's entry, not to this VM: a kill that falls due while the
 // sandbox is paused is sent when it runs again.
-func (m *Manager) execDeadline(b *box, execID string, timeoutS int) {
+func (x *Execs) execDeadline(b *box, execID string, timeoutS int) {
 	if timeoutS == 0 {
 		timeoutS = b.limits.ExecTimeoutS
 	}
 	if timeoutS <= 0 {
 		return
 	}
-	e := m.reg.get(b.id)
+	e := x.m.reg.get(b.id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.kills == nil {
 		e.kills = map[string]*time.Timer{}
 	}
 	e.kills[execID] = time.AfterFunc(time.Duration(timeoutS)*time.Second, func() {
-		m.spawn(func() { m.killExec(b.id, execID) })
+		x.m.spawn(func() { x.m.killExec(b.id, execID) })
 	})
 }
 

@@ -29,14 +29,18 @@ func CheckPath(p string) error {
 	return nil
 }
 
+// Files reads and writes the files of the manager's sandboxes through their
+// agents, recording each change made through it.
+type Files struct{ m *Manager }
+
 // withAgent runs fn with the agent of running sandbox id, for path p.
-func (m *Manager) withAgent(ctx context.Context, id string, paths []string, fn func(*agentclient.Client) error) error {
+func (f *Files) withAgent(ctx context.Context, id string, paths []string, fn func(*agentclient.Client) error) error {
 	for _, p := range paths {
 		if err := CheckPath(p); err != nil {
 			return err
 		}
 	}
-	b, err := m.running(ctx, id)
+	b, err := f.m.running(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -63,9 +67,9 @@ func (b *box) fileErr(err error) error {
 }
 
 // ReadFile opens a guest file; the error reflects the open.
-func (m *Manager) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, error) {
+func (f *Files) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, error) {
 	var rc io.ReadCloser
-	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
+	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
 		r, _, err := c.Open(ctx, p)
 		rc = r
 		return err
@@ -74,25 +78,25 @@ func (m *Manager) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, er
 }
 
 // WriteFile replaces a guest file atomically with r's bytes.
-func (m *Manager) WriteFile(ctx context.Context, id, p string, mode fs.FileMode, r io.Reader) error {
+func (f *Files) WriteFile(ctx context.Context, id, p string, mode fs.FileMode, r io.Reader) error {
 	if mode == 0 {
 		mode = 0o644
 	}
 	h := newHashCounter(r)
-	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
+	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
 		_, err := c.WriteFile(ctx, p, mode, h)
 		return err
 	})
 	if err == nil {
-		m.recordFile(ctx, id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
+		f.m.rec.file(ctx, id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
 	}
 	return err
 }
 
 // ListDir describes a guest directory.
-func (m *Manager) ListDir(ctx context.Context, id, p string) ([]FileInfo, error) {
+func (f *Files) ListDir(ctx context.Context, id, p string) ([]FileInfo, error) {
 	var out []FileInfo
-	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
+	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
 		ents, err := c.List(ctx, p)
 		for _, e := range ents {
 			out = append(out, fileInfo(e))
@@ -103,9 +107,9 @@ func (m *Manager) ListDir(ctx context.Context, id, p string) ([]FileInfo, error)
 }
 
 // Stat describes a guest path.
-func (m *Manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {
+func (f *Files) Stat(ctx context.Context, id, p string) (FileInfo, error) {
 	var out FileInfo
-	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
+	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
 		fi, err := c.Stat(ctx, p)
 		out = fileInfo(fi)
 		return err
@@ -114,28 +118,28 @@ func (m *Manager) Stat(ctx context.Context, id, p string) (FileInfo, error) {
 }
 
 // Mkdir creates a guest directory and its parents.
-func (m *Manager) Mkdir(ctx context.Context, id, p string) error {
-	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Mkdir(ctx, p) })
+func (f *Files) Mkdir(ctx context.Context, id, p string) error {
+	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Mkdir(ctx, p) })
 	if err == nil {
-		m.recordFile(ctx, id, recorder.FileData{Op: "created", Path: p, Dir: true})
+		f.m.rec.file(ctx, id, recorder.FileData{Op: "created", Path: p, Dir: true})
 	}
 	return err
 }
 
 // Remove removes a guest path.
-func (m *Manager) Remove(ctx context.Context, id, p string, recursive bool) error {
-	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Remove(ctx, p, recursive) })
+func (f *Files) Remove(ctx context.Context, id, p string, recursive bool) error {
+	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Remove(ctx, p, recursive) })
 	if err == nil {
-		m.recordFile(ctx, id, recorder.FileData{Op: "deleted", Path: p})
+		f.m.rec.file(ctx, id, recorder.FileData{Op: "deleted", Path: p})
 	}
 	return err
 }
 
 // Rename moves a guest path.
-func (m *Manager) Rename(ctx context.Context, id, from, to string) error {
-	err := m.withAgent(ctx, id, []string{from, to}, func(c *agentclient.Client) error { return c.Rename(ctx, from, to) })
+func (f *Files) Rename(ctx context.Context, id, from, to string) error {
+	err := f.withAgent(ctx, id, []string{from, to}, func(c *agentclient.Client) error { return c.Rename(ctx, from, to) })
 	if err == nil {
-		m.recordFile(ctx, id, recorder.FileData{Op: "renamed", Path: to, OldPath: from})
+		f.m.rec.file(ctx, id, recorder.FileData{Op: "renamed", Path: to, OldPath: from})
 	}
 	return err
 }

@@ -42,33 +42,33 @@ type guestCursor struct {
 	watchErr string
 }
 
-func (m *Manager) cursorOf(id string) *guestCursor { return &m.reg.get(id).rec.guest }
+func (f *flight) cursorOf(id string) *guestCursor { return &f.reg.get(id).rec.guest }
 
 // startGuestEvents places a new reader at the guest's newest event (what
 // happened before the sandbox was handed out, or in the parent of a fork,
 // is not its story), then long-polls until b goes.
-func (m *Manager) startGuestEvents(ctx context.Context, b *box) {
-	if m.opts.Recorder == nil {
+func (f *flight) startGuest(ctx context.Context, b *box) {
+	if f.r == nil {
 		return
 	}
-	g := m.cursorOf(b.id)
+	g := f.cursorOf(b.id)
 	g.mu.Lock()
 	fresh := g.after == math.MaxUint64
 	g.mu.Unlock()
 	if fresh {
-		if err := m.pullGuest(ctx, b, g, 0); err != nil {
-			m.log.Debug("guest events", "sandbox_id", b.id, "err", err)
+		if err := f.pullGuest(ctx, b, g, 0); err != nil {
+			f.log.Debug("guest events", "sandbox_id", b.id, "err", err)
 		}
 	}
-	m.spawn(func() { m.pollGuest(b, g) })
+	f.spawn(func() { f.pollGuest(b, g) })
 }
 
-func (m *Manager) pollGuest(b *box, g *guestCursor) {
+func (f *flight) pollGuest(b *box, g *guestCursor) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := m.pullGuest(ctx, b, g, guestPollWait)
+		err := f.pullGuest(ctx, b, g, guestPollWait)
 		g.mu.Lock()
 		off := g.off
 		g.mu.Unlock()
@@ -89,16 +89,16 @@ func (m *Manager) pollGuest(b *box, g *guestCursor) {
 }
 
 // drainGuest records every guest event already in the ring.
-func (m *Manager) drainGuest(ctx context.Context, b *box) {
-	if m.opts.Recorder == nil {
+func (f *flight) drainGuest(ctx context.Context, b *box) {
+	if f.r == nil {
 		return
 	}
-	g := m.cursorOf(b.id)
+	g := f.cursorOf(b.id)
 	for range 64 {
 		g.mu.Lock()
 		after, off := g.after, g.off
 		g.mu.Unlock()
-		if off || m.pullGuest(ctx, b, g, 0) != nil {
+		if off || f.pullGuest(ctx, b, g, 0) != nil {
 			return
 		}
 		g.mu.Lock()
@@ -111,7 +111,7 @@ func (m *Manager) drainGuest(ctx context.Context, b *box) {
 }
 
 // pullGuest reads one batch above the cursor and records it.
-func (m *Manager) pullGuest(ctx context.Context, b *box, g *guestCursor, wait time.Duration) error {
+func (f *flight) pullGuest(ctx context.Context, b *box, g *guestCursor, wait time.Duration) error {
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
@@ -124,7 +124,7 @@ func (m *Manager) pullGuest(ctx context.Context, b *box, g *guestCursor, wait ti
 		g.mu.Lock()
 		g.off = true
 		g.mu.Unlock()
-		m.log.Info("guest serves no events (older guestinit)", "sandbox_id", b.id)
+		f.log.Info("guest serves no events (older guestinit)", "sandbox_id", b.id)
 		return err
 	}
 	if err != nil {
@@ -135,12 +135,12 @@ func (m *Manager) pullGuest(ctx context.Context, b *box, g *guestCursor, wait ti
 	if g.after != after {
 		return nil // another pull recorded this batch
 	}
-	m.recordGuest(b.id, g, evs)
+	f.recordGuest(b.id, g, evs)
 	return nil
 }
 
 // recordGuest records a batch and moves the cursor. Call with g.mu held.
-func (m *Manager) recordGuest(id string, g *guestCursor, evs agentclient.GuestEvents) {
+func (f *flight) recordGuest(id string, g *guestCursor, evs agentclient.GuestEvents) {
 	var entries []recorder.Entry
 	if evs.WatchError != g.watchErr {
 		g.watchErr = evs.WatchError
@@ -152,12 +152,12 @@ func (m *Manager) recordGuest(id string, g *guestCursor, evs agentclient.GuestEv
 	if g.after == math.MaxUint64 {
 		// A new reader: start after the newest event, record none.
 		g.after = evs.Head
-		m.opts.Recorder.Add(context.Background(), entries...)
+		f.r.Add(context.Background(), entries...)
 		return
 	}
 	for _, e := range evs.Events {
 		g.after = max(g.after, e.Seq)
-		cause, _ := m.reg.get(id).rec.causeOf(e.ExecID)
+		cause, _ := f.reg.get(id).rec.causeOf(e.ExecID)
 		en := recorder.Entry{SandboxID: id, Cause: cause, Time: e.Time}
 		switch {
 		case e.File != nil:
@@ -176,5 +176,5 @@ func (m *Manager) recordGuest(id string, g *guestCursor, evs agentclient.GuestEv
 	if len(evs.Events) == 0 && evs.Head < g.after {
 		g.after = evs.Head // the guest restarted its ring (a new boot)
 	}
-	m.opts.Recorder.Add(context.Background(), entries...)
+	f.r.Add(context.Background(), entries...)
 }

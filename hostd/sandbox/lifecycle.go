@@ -26,7 +26,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 	if err != nil {
 		return nil, m.notFound(err, id)
 	}
-	pol := m.inheritedPolicy(ctx, id)
+	pol := m.nets.inherited(ctx, id)
 	sn, err := m.Snapshot(ctx, id, SnapshotOptions{Kind: "fork"})
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		return nil, err
 	}
 	for _, f := range out {
-		m.recordLifecycle(ctx, f.ID, recorder.LifecycleData{Action: recorder.ActionFork, SourceID: id, SnapshotID: sn.ID})
+		m.rec.lifecycle(ctx, f.ID, recorder.LifecycleData{Action: recorder.ActionFork, SourceID: id, SnapshotID: sn.ID})
 	}
 	return out, nil
 }
@@ -74,7 +74,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 		return Info{}, err
 	}
 	dir := filepath.Join(b.dir, "paused")
-	m.drainGuest(ctx, b)
+	m.rec.drainGuest(ctx, b)
 	err = m.savePaused(ctx, b, dir)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -150,7 +150,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	b := m.newBox(ctx, rec)
 	b.overlay, b.snapshotID, b.cwd = v.Overlay, v.SnapshotID, v.Cwd
 	b.disks = countOverlays(rec.Dir)
-	if err := m.ensureNetwork(ctx, id); err != nil {
+	if err := m.nets.ensure(ctx, id); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}

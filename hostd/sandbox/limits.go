@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	"github.com/agentbox/agentbox/hostd/cgroup"
@@ -88,15 +89,24 @@ type Maximums struct {
 	Limits    Limits `json:"limits"`
 }
 
-// resolveLimits fills l from the defaults and checks it against the global
+// limitPolicy resolves requested limits against hostd's defaults, its
+// maximums and each API key's.
+type limitPolicy struct {
+	opts     LimitOptions
+	keyMaxes map[string]Maximums
+	baseMiB  int  // the base image's size, the most disk_mib can be
+	cgroups  bool // cpu_quota and host_memory_mib can be enforced
+}
+
+// resolve fills l from the defaults and checks it against the global
 // maximums.
-func (m *Manager) resolveLimits(l Limits) (Limits, error) {
-	return m.resolveLimitsMax(l, m.opts.Limits.Max, "")
+func (p *limitPolicy) resolve(l Limits) (Limits, error) {
+	return p.resolveMax(l, p.opts.Max, "")
 }
 
 // keyMax is caller's maximums, and the words that name them in errors.
-func (m *Manager) keyMax(caller string) (Maximums, string, bool) {
-	km, ok := m.opts.KeyMax[caller]
+func (p *limitPolicy) keyMax(caller string) (Maximums, string, bool) {
+	km, ok := p.keyMaxes[caller]
 	if !ok || caller == "" {
 		return Maximums{}, "", false
 	}
@@ -104,8 +114,8 @@ func (m *Manager) keyMax(caller string) (Maximums, string, bool) {
 }
 
 // checkSizes checks vcpus and memory against caller's maximums.
-func (m *Manager) checkSizes(opts CreateOptions) error {
-	km, who, ok := m.keyMax(opts.Caller)
+func (p *limitPolicy) checkSizes(opts CreateOptions) error {
+	km, who, ok := p.keyMax(opts.Caller)
 	if !ok {
 		return nil
 	}
@@ -119,12 +129,12 @@ func (m *Manager) checkSizes(opts CreateOptions) error {
 }
 
 // resolveLimitsFor resolves l against the global maximums and caller's.
-func (m *Manager) resolveLimitsFor(l Limits, caller string) (Limits, error) {
-	km, who, ok := m.keyMax(caller)
+func (p *limitPolicy) resolveFor(l Limits, caller string) (Limits, error) {
+	km, who, ok := p.keyMax(caller)
 	if !ok {
-		return m.resolveLimits(l)
+		return p.resolve(l)
 	}
-	mx := m.opts.Limits.Max
+	mx := p.opts.Max
 	lower := func(g, k float64) float64 {
 		if k > 0 && (g == 0 || k < g) {
 			return k
@@ -140,13 +150,13 @@ func (m *Manager) resolveLimitsFor(l Limits, caller string) (Limits, error) {
 	mx.MaxPids = int(lower(float64(mx.MaxPids), float64(k.MaxPids)))
 	mx.ExecTimeoutS = int(lower(float64(mx.ExecTimeoutS), float64(k.ExecTimeoutS)))
 	mx.IdleTimeoutS = int(lower(float64(mx.IdleTimeoutS), float64(k.IdleTimeoutS)))
-	return m.resolveLimitsMax(l, mx, who)
+	return p.resolveMax(l, mx, who)
 }
 
 // resolveLimitsMax fills l from the defaults and checks it against mx; an
 // error names the maximum exceeded (and whose it is, in who).
-func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, error) {
-	d := m.opts.Limits.Default
+func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string) (Limits, error) {
+	d := p.opts.Default
 	fillF(&l.CPUQuota, d.CPUQuota)
 	fill(&l.HostMemoryMiB, d.HostMemoryMiB)
 	fill(&l.DiskMiB, d.DiskMiB)
@@ -180,16 +190,19 @@ func (m *Manager) resolveLimitsMax(l Limits, mx Limits, who string) (Limits, err
 		{"exec_timeout_s", float64(l.ExecTimeoutS), float64(mx.ExecTimeoutS)},
 		{"idle_timeout_s", float64(l.IdleTimeoutS), float64(mx.IdleTimeoutS)},
 	}
-	if m.baseMiB > 0 && (mx.DiskMiB == 0 || mx.DiskMiB > m.baseMiB) {
-		checks[2].max = float64(m.baseMiB)
+	if p.baseMiB > 0 && (mx.DiskMiB == 0 || mx.DiskMiB > p.baseMiB) {
+		checks[2].max = float64(p.baseMiB)
 	}
 	for _, c := range checks {
 		if c.max > 0 && c.got > c.max {
 			return l, fmt.Errorf("%w: %s %s is over the maximum of %s%s", ErrInvalid, c.name, num(c.got), num(c.max), who)
 		}
 	}
-	if m.opts.Cgroups == nil && (l.CPUQuota > 0 || l.HostMemoryMiB > 0) {
+	if !p.cgroups && (l.CPUQuota > 0 || l.HostMemoryMiB > 0) {
 		return l, fmt.Errorf("%w: cpu_quota and host_memory_mib need cgroups, which this host does not offer", ErrInvalid)
+	}
+	if n := float64(runtime.NumCPU()); l.CPUQuota > n {
+		return l, fmt.Errorf("%w: cpu_quota %s is over this host's %s CPUs", ErrInvalid, num(l.CPUQuota), num(n))
 	}
 	if l.CPUQuota > 0 && l.CPUQuota < 0.01 {
 		return l, fmt.Errorf("%w: cpu_quota must be at least 0.01", ErrInvalid)
@@ -244,14 +257,14 @@ func (m *Manager) limitsOf(ctx context.Context, id string) Limits {
 		if !errors.Is(err, store.ErrNotFound) {
 			m.log.Error("load limits", "sandbox_id", id, "err", err)
 		}
-		l, _ = m.resolveLimits(Limits{})
+		l, _ = m.limits.resolve(Limits{})
 	}
 	return l
 }
 
 // defaultLimits reports whether l is what an empty request resolves to.
-func (m *Manager) defaultLimits(l Limits) bool {
-	d, _ := m.resolveLimits(Limits{})
+func (p *limitPolicy) isDefault(l Limits) bool {
+	d, _ := p.resolve(Limits{})
 	return l == d
 }
 
@@ -262,7 +275,7 @@ func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
 	for i := range cfg.Disks {
 		cfg.Disks[i].BpsTotal = b.limits.DiskBps
 	}
-	if err := m.limitNetwork(&cfg, b.id, b.limits.NetBps); err != nil {
+	if err := m.nets.limit(&cfg, b.id, b.limits.NetBps); err != nil {
 		return cfg, err
 	}
 	if m.opts.Cgroups == nil {

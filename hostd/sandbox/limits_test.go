@@ -8,12 +8,9 @@ import (
 )
 
 func TestResolveLimits(t *testing.T) {
-	m := &Manager{log: slog.New(slog.DiscardHandler), baseMiB: 2048, opts: Options{
-		Cgroups: fakeCgroups{},
-		Limits: LimitOptions{
-			Default: Limits{CPUQuota: 1, MaxPids: 256, NetBps: 1 << 20},
-			Max:     Limits{CPUQuota: 2, HostMemoryMiB: 4096, MaxPids: 1024, IdleTimeoutS: 3600, NetBps: 8 << 20},
-		},
+	p := &limitPolicy{baseMiB: 2048, cgroups: true, opts: LimitOptions{
+		Default: Limits{CPUQuota: 1, MaxPids: 256, NetBps: 1 << 20},
+		Max:     Limits{CPUQuota: 2, HostMemoryMiB: 4096, MaxPids: 1024, IdleTimeoutS: 3600, NetBps: 8 << 20},
 	}}
 	tests := []struct {
 		name    string
@@ -35,7 +32,7 @@ func TestResolveLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := m.resolveLimits(tc.in)
+			got, err := p.resolve(tc.in)
 			if tc.wantErr != "" {
 				if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want ErrInvalid containing %q", err, tc.wantErr)
@@ -49,12 +46,21 @@ func TestResolveLimits(t *testing.T) {
 	}
 }
 
+func TestCPUQuotaBoundedByTheHost(t *testing.T) {
+	p := &limitPolicy{cgroups: true} // no configured maximum
+	for _, q := range []float64{1e10, 1e308} {
+		if _, err := p.resolve(Limits{CPUQuota: q}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "over this host's") {
+			t.Errorf("cpu_quota %g: got %v, want ErrInvalid naming the host's CPUs", q, err)
+		}
+	}
+}
+
 func TestResolveLimitsWithoutCgroups(t *testing.T) {
-	m := &Manager{log: slog.New(slog.DiscardHandler)}
-	if _, err := m.resolveLimits(Limits{CPUQuota: 0.5}); !errors.Is(err, ErrInvalid) {
+	p := &limitPolicy{}
+	if _, err := p.resolve(Limits{CPUQuota: 0.5}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("got %v, want ErrInvalid", err)
 	}
-	if _, err := m.resolveLimits(Limits{MaxPids: 64}); err != nil {
+	if _, err := p.resolve(Limits{MaxPids: 64}); err != nil {
 		t.Fatalf("got %v, want nil", err)
 	}
 }
@@ -75,6 +81,7 @@ func TestKeyMaximums(t *testing.T) {
 		Limits: LimitOptions{Max: Limits{CPUQuota: 4}},
 		KeyMax: map[string]Maximums{"small": {VCPUs: 2, MemoryMiB: 1024, Limits: Limits{CPUQuota: 1, NetBps: 1 << 20}}},
 	}}
+	m.limits = limitPolicy{opts: m.opts.Limits, keyMaxes: m.opts.KeyMax, cgroups: true}
 	tests := []struct {
 		name    string
 		opts    CreateOptions

@@ -111,7 +111,7 @@ func run(t *testing.T, m *sandbox.Manager, id, script string, timeoutS int) (str
 	defer cancel()
 	var out bytes.Buffer
 	code := 0
-	err := m.Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}, TimeoutS: timeoutS}, func(e sandbox.ExecEvent) error {
+	err := m.Service().Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}, TimeoutS: timeoutS}, func(e sandbox.ExecEvent) error {
 		out.Write(e.Data)
 		if e.Type == sandbox.EventExit {
 			code = e.ExitCode
@@ -260,7 +260,7 @@ func TestLifecycleIdleTTL(t *testing.T) {
 		// the timeout can pause it.
 		started := make(chan struct{})
 		go func() {
-			_ = m.Exec(context.Background(), sb.ID, sandbox.ExecRequest{Cmd: []string{"sleep", "60"}}, func(e sandbox.ExecEvent) error {
+			_ = m.Service().Exec(context.Background(), sb.ID, sandbox.ExecRequest{Cmd: []string{"sleep", "60"}}, func(e sandbox.ExecEvent) error {
 				if e.Type == sandbox.EventStart {
 					close(started)
 				}

@@ -97,8 +97,10 @@ type Manager struct {
 	snaps *snapshot.Engine
 	reg   registry
 	pools pools
-	// baseMiB is the base image's virtual size, the most disk_mib can be.
-	baseMiB int
+	nets  networks
+	rec   flight
+	// limits resolves requests' limits (it knows the base image's size).
+	limits limitPolicy
 
 	// bgMu guards closed and the adding to bg: Close waits for bg, the
 	// goroutines of background work (watchers, pool refills, timers).
@@ -168,11 +170,14 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps}
+	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
+	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	if err := opts.VMMOwner.openDirs(opts.DataDir); err != nil {
 		return nil, err
 	}
+	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
-		m.baseMiB = int(info.VirtualSize >> 20)
+		m.limits.baseMiB = int(info.VirtualSize >> 20)
 	}
 	return m, nil
 }
@@ -198,17 +203,17 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 	case opts.TimeoutS < 0:
 		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
 	}
-	if err := m.checkSizes(opts); err != nil {
+	if err := m.limits.checkSizes(opts); err != nil {
 		return opts, err
 	}
 	var err error
-	if opts.Limits, err = m.resolveLimitsFor(opts.Limits, opts.Caller); err != nil {
+	if opts.Limits, err = m.limits.resolveFor(opts.Limits, opts.Caller); err != nil {
 		return opts, err
 	}
 	if err := checkHostMemory(opts.Limits, opts.MemoryMiB); err != nil {
 		return opts, err
 	}
-	return opts, m.resolveNetwork(&opts)
+	return opts, m.nets.resolve(&opts)
 }
 
 // Create starts a new sandbox (booting the base image, or restoring a
@@ -222,7 +227,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
-	if opts.Template != "" && m.defaultLimits(opts.Limits) {
+	if opts.Template != "" && m.limits.isDefault(opts.Limits) {
 		if b, rec, ok := m.claim(ctx, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
 				m.teardown(b, err)
@@ -244,12 +249,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if err := m.opts.Store.PutSandbox(ctx, rec); err != nil {
 		return Info{}, errors.Join(err, m.opts.Store.DeleteSandboxLimits(context.WithoutCancel(ctx), id))
 	}
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateCreating)})
+	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateCreating)})
 	if src != nil {
-		m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionRestore, SnapshotID: src.ID, SourceID: src.SandboxID})
+		m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionRestore, SnapshotID: src.ID, SourceID: src.SandboxID})
 	}
 	var b *box
-	err = m.attachNetwork(ctx, id, opts.Network)
+	err = m.nets.attach(ctx, id, opts.Network)
 	switch {
 	case err != nil:
 	case src != nil:
@@ -259,7 +264,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	}
 	if err != nil {
 		m.log.Error("create failed", "sandbox_id", id, "err", err)
-		m.detachNetwork(id)
+		m.nets.detach(id)
 		m.reg.remove(id)
 		removeDir(rec.Dir, m.log)
 		if b != nil {
@@ -293,8 +298,8 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	e.mu.Unlock()
 	m.armTTL(e, time.Duration(rec.TimeoutS)*time.Second)
 	b.touch()
-	m.startGuestEvents(ctx, b)
-	m.resumeExecs(b)
+	m.rec.startGuest(ctx, b)
+	m.rec.resumeExecs(b)
 	m.spawn(func() { m.watch(b) })
 	m.spawn(func() { m.watchIdle(b) })
 	for _, execID := range due {
@@ -347,7 +352,7 @@ func (m *Manager) newBox(ctx context.Context, rec store.Sandbox) *box {
 }
 
 func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
-	nic, args := m.netOf(rec.ID) // see network.go
+	nic, args := m.nets.of(rec.ID) // see network.go
 	if m.opts.Recorder == nil {
 		args += " agentbox.watch=off" // no log to feed: no guest watcher
 	}
@@ -387,7 +392,7 @@ func (m *Manager) teardown(b *box, why error) {
 	}
 	b.settle()
 	b.removeCgroup()
-	m.detachNetwork(b.id)
+	m.nets.detach(b.id)
 	removeDir(b.dir, log)
 }
 
@@ -420,15 +425,15 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		b.op.Unlock()
 	} else {
 		removeDir(rec.Dir, m.log.With("sandbox_id", id))
-		m.detachNetwork(id)
+		m.nets.detach(id)
 	}
 	ctx = context.WithoutCancel(ctx)
 	m.reg.remove(id)
 	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandboxLimits(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
 		return err
 	}
-	m.forgetNetwork(context.WithoutCancel(ctx), id)
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateDeleted)})
+	m.nets.forget(context.WithoutCancel(ctx), id)
+	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateDeleted)})
 	m.snaps.Collect(ctx)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil

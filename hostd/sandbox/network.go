@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 
 	"github.com/agentbox/agentbox/hostd/egress"
@@ -32,6 +33,14 @@ type Network interface {
 	SetPolicy(ctx context.Context, id string, pol egress.Policy) error
 }
 
+// networks is the manager's side of sandbox networking: the policy a
+// create resolves to, and each sandbox's attachment (kept in its entry).
+type networks struct {
+	net Network // nil: this hostd gives sandboxes no NIC
+	reg *registry
+	log *slog.Logger
+}
+
 // netAttachment is what boot gives the VM for its network.
 type netAttachment struct {
 	attached bool
@@ -42,12 +51,12 @@ type netAttachment struct {
 // resolveNetwork fills in the default policy (a NIC whose only peer is the
 // proxy, with nothing allowed) and turns SecretEnv into placeholder tokens
 // in the env.
-func (m *Manager) resolveNetwork(opts *CreateOptions) error {
+func (n *networks) resolve(opts *CreateOptions) error {
 	var pol egress.Policy
 	switch {
 	case opts.Network != nil:
 		pol = *opts.Network
-	case m.opts.Network != nil:
+	case n.net != nil:
 		pol = egress.Policy{Mode: egress.ModeProxy}
 	default:
 		pol = egress.Policy{Mode: egress.ModeNone}
@@ -55,7 +64,7 @@ func (m *Manager) resolveNetwork(opts *CreateOptions) error {
 	if pol.Mode == "" {
 		pol.Mode = egress.ModeProxy
 	}
-	if pol.Mode == egress.ModeProxy && m.opts.Network == nil {
+	if pol.Mode == egress.ModeProxy && n.net == nil {
 		return fmt.Errorf("%w: this hostd has no sandbox networking (network mode must be none)", ErrInvalid)
 	}
 	if err := pol.Validate(); err != nil {
@@ -116,51 +125,51 @@ func placeholder(secret string) string {
 }
 
 // attachNetwork makes the sandbox's network before boot.
-func (m *Manager) attachNetwork(ctx context.Context, id string, pol *egress.Policy) error {
-	if m.opts.Network == nil || pol == nil {
+func (n *networks) attach(ctx context.Context, id string, pol *egress.Policy) error {
+	if n.net == nil || pol == nil {
 		return nil
 	}
-	n, args, err := m.opts.Network.Attach(ctx, id, *pol)
+	nic, args, err := n.net.Attach(ctx, id, *pol)
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
-	e := m.reg.get(id)
+	e := n.reg.get(id)
 	e.mu.Lock()
-	e.net = netAttachment{attached: true, net: n, cmdline: args}
+	e.net = netAttachment{attached: true, net: nic, cmdline: args}
 	e.mu.Unlock()
 	return nil
 }
 
 // ensureNetwork re-attaches a paused sandbox's network from its stored
 // policy if it is not attached (hostd restarted since the pause).
-func (m *Manager) ensureNetwork(ctx context.Context, id string) error {
-	if m.opts.Network == nil {
+func (n *networks) ensure(ctx context.Context, id string) error {
+	if n.net == nil {
 		return nil
 	}
-	e := m.reg.get(id)
+	e := n.reg.get(id)
 	e.mu.Lock()
 	ok := e.net.attached
 	e.mu.Unlock()
 	if ok {
 		return nil
 	}
-	pol, err := m.opts.Network.Policy(ctx, id)
+	pol, err := n.net.Policy(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // made before networking: no NIC
 	}
 	if err != nil {
 		return err
 	}
-	return m.attachNetwork(ctx, id, &pol)
+	return n.attach(ctx, id, &pol)
 }
 
 // inheritedPolicy is a fork's policy: its parent's, placeholders included
 // (the parent's env, which the forks get, holds the tokens).
-func (m *Manager) inheritedPolicy(ctx context.Context, parent string) *egress.Policy {
-	if m.opts.Network == nil {
+func (n *networks) inherited(ctx context.Context, parent string) *egress.Policy {
+	if n.net == nil {
 		return nil
 	}
-	pol, err := m.opts.Network.Policy(ctx, parent)
+	pol, err := n.net.Policy(ctx, parent)
 	if err != nil {
 		return nil
 	}
@@ -169,8 +178,8 @@ func (m *Manager) inheritedPolicy(ctx context.Context, parent string) *egress.Po
 
 // defaultPolicy is what a warm pool's sandboxes start with; a claim swaps
 // in the caller's (claimPolicy).
-func (m *Manager) defaultPolicy() *egress.Policy {
-	if m.opts.Network == nil {
+func (n *networks) defaults() *egress.Policy {
+	if n.net == nil {
 		return nil
 	}
 	return &egress.Policy{Mode: egress.ModeProxy}
@@ -178,8 +187,8 @@ func (m *Manager) defaultPolicy() *egress.Policy {
 
 // claimPolicy gives a claimed warm sandbox the caller's policy. It fails if
 // the modes differ (the warm VM's NIC cannot come or go).
-func (m *Manager) claimPolicy(ctx context.Context, id string, pol *egress.Policy) error {
-	if m.opts.Network == nil || pol == nil {
+func (n *networks) claim(ctx context.Context, id string, pol *egress.Policy) error {
+	if n.net == nil || pol == nil {
 		return nil
 	}
 	if pol.Mode == egress.ModeNone {
@@ -189,12 +198,12 @@ func (m *Manager) claimPolicy(ctx context.Context, id string, pol *egress.Policy
 	if p.Placeholders == nil {
 		p.Placeholders = map[string]string{}
 	}
-	return m.opts.Network.SetPolicy(ctx, id, p)
+	return n.net.SetPolicy(ctx, id, p)
 }
 
 // netOf returns the NIC and the extra cmdline of sandbox id.
-func (m *Manager) netOf(id string) (*vmm.Net, string) {
-	e := m.reg.get(id)
+func (n *networks) of(id string) (*vmm.Net, string) {
+	e := n.reg.get(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	a := e.net
@@ -208,48 +217,48 @@ func (m *Manager) netOf(id string) (*vmm.Net, string) {
 // and in cfg.Net for backends with their own limiter. It runs before every
 // boot, restore and resume, so a namespace made again (after a hostd
 // restart) gets the limit again too.
-func (m *Manager) limitNetwork(cfg *vmm.Config, id string, bps int64) error {
-	if cfg.Net == nil || m.opts.Network == nil {
+func (n *networks) limit(cfg *vmm.Config, id string, bps int64) error {
+	if cfg.Net == nil || n.net == nil {
 		return nil
 	}
-	n := *cfg.Net // the entry holds the original
-	n.BpsTotal = bps
-	cfg.Net = &n
-	if err := m.opts.Network.SetRate(id, bps); err != nil {
+	nic := *cfg.Net // the entry holds the original
+	nic.BpsTotal = bps
+	cfg.Net = &nic
+	if err := n.net.SetRate(id, bps); err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
 	return nil
 }
 
 // detachNetwork removes the sandbox's network (namespace, tap, proxy).
-func (m *Manager) detachNetwork(id string) {
-	if m.opts.Network == nil {
+func (n *networks) detach(id string) {
+	if n.net == nil {
 		return
 	}
-	if e := m.reg.find(id); e != nil {
+	if e := n.reg.find(id); e != nil {
 		e.mu.Lock()
 		e.net = netAttachment{}
 		e.mu.Unlock()
 	}
-	if err := m.opts.Network.Detach(id); err != nil {
-		m.log.Error("remove sandbox network", "sandbox_id", id, "err", err)
+	if err := n.net.Detach(id); err != nil {
+		n.log.Error("remove sandbox network", "sandbox_id", id, "err", err)
 	}
 }
 
-func (m *Manager) forgetNetwork(ctx context.Context, id string) {
-	if m.opts.Network == nil {
+func (n *networks) forget(ctx context.Context, id string) {
+	if n.net == nil {
 		return
 	}
-	if err := m.opts.Network.Forget(ctx, id); err != nil {
-		m.log.Error("forget sandbox network policy", "sandbox_id", id, "err", err)
+	if err := n.net.Forget(ctx, id); err != nil {
+		n.log.Error("forget sandbox network policy", "sandbox_id", id, "err", err)
 	}
 }
 
-func (m *Manager) sweepNetwork() error {
-	if m.opts.Network == nil {
+func (n *networks) sweep() error {
+	if n.net == nil {
 		return nil
 	}
-	return m.opts.Network.Sweep()
+	return n.net.Sweep()
 }
 
 // NetworkPolicy returns a sandbox's egress policy.
@@ -257,10 +266,10 @@ func (m *Manager) NetworkPolicy(ctx context.Context, id string) (egress.Policy, 
 	if _, err := m.Get(ctx, id); err != nil {
 		return egress.Policy{}, err
 	}
-	if m.opts.Network == nil {
+	if m.nets.net == nil {
 		return egress.Policy{Mode: egress.ModeNone}, nil
 	}
-	p, err := m.opts.Network.Policy(ctx, id)
+	p, err := m.nets.net.Policy(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return egress.Policy{Mode: egress.ModeNone}, nil
 	}
@@ -273,14 +282,14 @@ func (m *Manager) SetNetworkPolicy(ctx context.Context, id string, pol egress.Po
 	if _, err := m.live(ctx, id); err != nil {
 		return egress.Policy{}, err
 	}
-	if m.opts.Network == nil {
+	if m.nets.net == nil {
 		return egress.Policy{}, fmt.Errorf("%w: this hostd has no sandbox networking", ErrInvalid)
 	}
-	if err := m.opts.Network.SetPolicy(ctx, id, pol); err != nil {
+	if err := m.nets.net.SetPolicy(ctx, id, pol); err != nil {
 		if errors.Is(err, egress.ErrInvalidPolicy) {
 			return egress.Policy{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		return egress.Policy{}, err
 	}
-	return m.opts.Network.Policy(ctx, id)
+	return m.nets.net.Policy(ctx, id)
 }

@@ -143,7 +143,7 @@ func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sa
 			m.discard(e)
 			return nil, store.Sandbox{}, false
 		}
-		if err := m.claimPolicy(ctx, e.b.id, opts.Network); err != nil {
+		if err := m.nets.claim(ctx, e.b.id, opts.Network); err != nil {
 			m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
 			p.put(e, true)
 			_ = m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
@@ -191,7 +191,7 @@ func (m *Manager) refill(ctx context.Context, name string) {
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
 			Dir: filepath.Join(m.opts.DataDir, "sandboxes", id)}
 		var b *box
-		err = m.attachNetwork(ctx, id, m.defaultPolicy())
+		err = m.nets.attach(ctx, id, m.nets.defaults())
 		if err == nil {
 			b, err = m.restore(ctx, rec, sn, false)
 		}
@@ -203,7 +203,7 @@ func (m *Manager) refill(ctx context.Context, name string) {
 			if b != nil && b.vm != nil {
 				m.teardown(b, err)
 			}
-			m.detachNetwork(id)
+			m.nets.detach(id)
 			m.reg.remove(id)
 			removeDir(rec.Dir, m.log)
 			return
@@ -242,22 +242,26 @@ func (m *Manager) prewarm(ctx context.Context, b *box) error {
 	return b.vm.Pause(ctx)
 }
 
+// Templates serves the manager's templates: named snapshots, each with a
+// warm pool of paused sandboxes that creates claim.
+type Templates struct{ m *Manager }
+
 // CreateTemplate names a snapshot as a template with a warm pool of
 // poolSize paused sandboxes (0 keeps none).
-func (m *Manager) CreateTemplate(ctx context.Context, name, snapshotID string, poolSize int) (TemplateInfo, error) {
+func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string, poolSize int) (TemplateInfo, error) {
 	if name == "" || poolSize < 0 || poolSize > MaxPoolSize {
 		return TemplateInfo{}, fmt.Errorf("%w: a template needs a name and a pool size of 0..%d", ErrInvalid, MaxPoolSize)
 	}
-	if _, err := m.opts.Store.GetSnapshot(ctx, snapshotID); err != nil {
-		return TemplateInfo{}, m.notFound(err, snapshotID)
+	if _, err := tm.m.opts.Store.GetSnapshot(ctx, snapshotID); err != nil {
+		return TemplateInfo{}, tm.m.notFound(err, snapshotID)
 	}
 	t := store.Template{Name: name, SnapshotID: snapshotID, PoolSize: poolSize, CreatedAt: time.Now().UTC()}
-	if err := m.opts.Store.PutTemplate(ctx, t); err != nil {
+	if err := tm.m.opts.Store.PutTemplate(ctx, t); err != nil {
 		return TemplateInfo{}, err
 	}
-	m.drainPool(name) // a replaced template's warm sandboxes are stale
-	m.refillLater(name)
-	return m.templateInfo(t), nil
+	tm.m.drainPool(name) // a replaced template's warm sandboxes are stale
+	tm.m.refillLater(name)
+	return tm.templateInfo(t), nil
 }
 
 // drainPool ends a template's warm sandboxes.
@@ -267,42 +271,42 @@ func (m *Manager) drainPool(name string) {
 	}
 }
 
-func (m *Manager) templateInfo(t store.Template) TemplateInfo {
-	n := m.pools.of(t.Name).size()
+func (tm *Templates) templateInfo(t store.Template) TemplateInfo {
+	n := tm.m.pools.of(t.Name).size()
 	return TemplateInfo{Name: t.Name, SnapshotID: t.SnapshotID, PoolSize: t.PoolSize, PoolReady: n, CreatedAt: t.CreatedAt}
 }
 
 // GetTemplate describes a template.
-func (m *Manager) GetTemplate(ctx context.Context, name string) (TemplateInfo, error) {
-	t, err := m.opts.Store.GetTemplate(ctx, name)
+func (tm *Templates) GetTemplate(ctx context.Context, name string) (TemplateInfo, error) {
+	t, err := tm.m.opts.Store.GetTemplate(ctx, name)
 	if err != nil {
-		return TemplateInfo{}, m.notFound(err, name)
+		return TemplateInfo{}, tm.m.notFound(err, name)
 	}
-	return m.templateInfo(t), nil
+	return tm.templateInfo(t), nil
 }
 
 // ListTemplates describes every template.
-func (m *Manager) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
-	ts, err := m.opts.Store.ListTemplates(ctx)
+func (tm *Templates) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
+	ts, err := tm.m.opts.Store.ListTemplates(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]TemplateInfo, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, m.templateInfo(t))
+		out = append(out, tm.templateInfo(t))
 	}
 	return out, nil
 }
 
 // DeleteTemplate removes a template and its warm pool (not its snapshot).
-func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
-	if _, err := m.opts.Store.GetTemplate(ctx, name); err != nil {
-		return m.notFound(err, name)
+func (tm *Templates) DeleteTemplate(ctx context.Context, name string) error {
+	if _, err := tm.m.opts.Store.GetTemplate(ctx, name); err != nil {
+		return tm.m.notFound(err, name)
 	}
-	if err := m.opts.Store.DeleteTemplate(ctx, name); err != nil {
+	if err := tm.m.opts.Store.DeleteTemplate(ctx, name); err != nil {
 		return err
 	}
-	m.drainPool(name)
+	tm.m.drainPool(name)
 	return nil
 }
 

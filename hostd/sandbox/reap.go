@@ -3,20 +3,48 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 )
+
+// reaper removes what no sandbox owns any more: cgroups (and whatever
+// still runs in them) and sandbox directories, and old recorder events.
+type reaper struct {
+	cgroups   Cgroups // nil: no cgroups to reap
+	store     Store
+	dataDir   string
+	recorder  *recorder.Recorder
+	retention time.Duration
+	log       *slog.Logger
+	// owned returns the ids of live and warm sandboxes.
+	owned func() map[string]bool
+}
+
+// Reap runs the reaper until ctx ends: every interval it removes what no
+// sandbox owns any more (see ReapOnce).
+func (m *Manager) Reap(ctx context.Context, interval time.Duration) { m.reaper().run(ctx, interval) }
+
+// ReapOnce removes, at once, the instance's cgroups (and any process still
+// in them) and sandbox directories that no sandbox owns. Run at start,
+// before any sandbox exists.
+func (m *Manager) ReapOnce(ctx context.Context) { m.reaper().now(ctx) }
+
+func (m *Manager) reaper() *reaper {
+	return &reaper{cgroups: m.opts.Cgroups, store: m.opts.Store, dataDir: m.opts.DataDir, recorder: m.opts.Recorder,
+		retention: m.opts.EventRetention, log: m.log, owned: m.ownedIDs}
+}
 
 // DefaultReapInterval is how often the reaper looks for orphans.
 const DefaultReapInterval = time.Minute
 
-// Reap runs the reaper until ctx ends: every interval it removes what no
-// sandbox owns any more (see ReapOnce).
-func (m *Manager) Reap(ctx context.Context, interval time.Duration) {
+// run reaps every interval until ctx ends.
+func (r *reaper) run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultReapInterval
 	}
@@ -29,71 +57,69 @@ func (m *Manager) Reap(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		suspects = m.reapOnce(ctx, suspects)
-		m.pruneEvents(ctx)
+		suspects = r.reapOnce(ctx, suspects)
+		r.pruneEvents(ctx)
 	}
 }
 
 // pruneEvents drops flight-recorder events older than EventRetention.
-func (m *Manager) pruneEvents(ctx context.Context) {
-	if m.opts.Recorder == nil || m.opts.EventRetention <= 0 {
+func (r *reaper) pruneEvents(ctx context.Context) {
+	if r.recorder == nil || r.retention <= 0 {
 		return
 	}
-	n, err := m.opts.Recorder.Prune(ctx, time.Now().Add(-m.opts.EventRetention))
+	n, err := r.recorder.Prune(ctx, time.Now().Add(-r.retention))
 	if err != nil {
-		m.log.Error("prune events", "err", err)
+		r.log.Error("prune events", "err", err)
 	} else if n > 0 {
-		m.log.Info("pruned old events", "count", n, "retention", m.opts.EventRetention)
+		r.log.Info("pruned old events", "count", n, "retention", r.retention)
 	}
 }
 
-// ReapOnce removes, at once, the instance's cgroups (and any process still
-// in them) and sandbox directories that no sandbox owns. Run at start,
-// before any sandbox exists.
-func (m *Manager) ReapOnce(ctx context.Context) {
+// now reaps every orphan at once.
+func (r *reaper) now(ctx context.Context) {
 	all := map[string]bool{}
-	for _, id := range m.orphanCandidates(ctx) {
+	for _, id := range r.orphanCandidates(ctx) {
 		all[id] = true
 	}
-	m.reapOnce(ctx, all)
+	r.reapOnce(ctx, all)
 }
 
 // reapOnce removes the orphans that were already suspects in the previous
 // round (so a sandbox being created, whose cgroup exists before it is
 // registered, is never taken), and returns this round's suspects.
-func (m *Manager) reapOnce(ctx context.Context, suspects map[string]bool) map[string]bool {
+func (r *reaper) reapOnce(ctx context.Context, suspects map[string]bool) map[string]bool {
 	next := map[string]bool{}
-	for _, id := range m.orphanCandidates(ctx) {
+	for _, id := range r.orphanCandidates(ctx) {
 		if !suspects[id] {
 			next[id] = true
 			continue
 		}
-		m.reapCgroup(id)
+		r.reapCgroup(id)
 	}
-	for _, id := range m.orphanDirs(ctx) {
+	for _, id := range r.orphanDirs(ctx) {
 		if !suspects["dir:"+id] {
 			next["dir:"+id] = true
 			continue
 		}
-		m.reapDir(id)
+		r.reapDir(id)
 	}
 	return next
 }
 
 // orphanDirs lists sandbox directories that no record and no live or warm
 // sandbox owns.
-func (m *Manager) orphanDirs(ctx context.Context) []string {
-	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "sandboxes"))
+func (r *reaper) orphanDirs(ctx context.Context) []string {
+	ents, err := os.ReadDir(filepath.Join(r.dataDir, "sandboxes"))
 	if err != nil {
 		return nil
 	}
-	owned := m.ownedIDs()
+	owned := r.owned()
 	var out []string
 	for _, e := range ents {
 		if owned[e.Name()] {
 			continue
 		}
-		if _, err := m.opts.Store.GetSandbox(ctx, e.Name()); err != nil && errors.Is(err, store.ErrNotFound) {
+		if _, err := r.store.GetSandbox(ctx, e.Name()); err != nil && errors.Is(err, store.ErrNotFound) {
 			out = append(out, e.Name())
 		}
 	}
@@ -102,16 +128,16 @@ func (m *Manager) orphanDirs(ctx context.Context) []string {
 
 // orphanCandidates lists the instance's cgroups that no live or warm
 // sandbox owns.
-func (m *Manager) orphanCandidates(ctx context.Context) []string {
-	if m.opts.Cgroups == nil {
+func (r *reaper) orphanCandidates(ctx context.Context) []string {
+	if r.cgroups == nil {
 		return nil
 	}
-	ids, err := m.opts.Cgroups.List()
+	ids, err := r.cgroups.List()
 	if err != nil {
-		m.log.Error("reaper: list cgroups", "err", err)
+		r.log.Error("reaper: list cgroups", "err", err)
 		return nil
 	}
-	owned := m.ownedIDs()
+	owned := r.owned()
 	var out []string
 	for _, id := range ids {
 		if !owned[id] {
@@ -138,9 +164,9 @@ type procLister interface {
 }
 
 // reapCgroup kills whatever still runs in orphaned group id and removes it.
-func (m *Manager) reapCgroup(id string) {
-	log := m.log.With("sandbox_id", id)
-	if pl, ok := m.opts.Cgroups.(procLister); ok {
+func (r *reaper) reapCgroup(id string) {
+	log := r.log.With("sandbox_id", id)
+	if pl, ok := r.cgroups.(procLister); ok {
 		pids, _ := pl.Procs(id)
 		for _, pid := range pids {
 			log.Warn("reaper: killing orphaned vmm process", "vm_pid", pid)
@@ -151,22 +177,22 @@ func (m *Manager) reapCgroup(id string) {
 			pids, _ = pl.Procs(id)
 		}
 	}
-	if err := m.opts.Cgroups.Remove(id); err != nil {
+	if err := r.cgroups.Remove(id); err != nil {
 		log.Error("reaper: remove orphaned cgroup", "err", err)
 		return
 	}
 	log.Warn("reaper: removed orphaned cgroup")
-	m.reapDir(id)
+	r.reapDir(id)
 }
 
 // reapDir removes sandbox id's directory if no record names it.
-func (m *Manager) reapDir(id string) {
-	if _, err := m.opts.Store.GetSandbox(context.Background(), id); err == nil {
+func (r *reaper) reapDir(id string) {
+	if _, err := r.store.GetSandbox(context.Background(), id); err == nil {
 		return
 	}
-	dir := filepath.Join(m.opts.DataDir, "sandboxes", id)
+	dir := filepath.Join(r.dataDir, "sandboxes", id)
 	if _, err := os.Stat(dir); err == nil {
-		m.log.Warn("reaper: removing orphaned sandbox dir", "sandbox_id", id)
-		removeDir(dir, m.log)
+		r.log.Warn("reaper: removing orphaned sandbox dir", "sandbox_id", id)
+		removeDir(dir, r.log)
 	}
 }

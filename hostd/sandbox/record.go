@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
@@ -137,43 +138,53 @@ func (r *execLog) markEnded(t *execTrack) {
 	t.ended = time.Now()
 }
 
+// flight is the manager's side of the flight recorder: it records
+// lifecycle, exec, file, package and network events with their causes, and
+// pulls the guest's events; its per-sandbox state is in each entry's rec.
+type flight struct {
+	r     *recorder.Recorder // nil: no log is kept
+	reg   *registry
+	spawn func(func()) bool
+	log   *slog.Logger
+}
+
 // setState stores a sandbox's state and records the change.
 func (m *Manager) setState(ctx context.Context, id string, st State, errMsg string, pid int) error {
 	if err := m.opts.Store.SetSandboxState(ctx, id, string(st), errMsg, pid); err != nil {
 		return err
 	}
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(st), Reason: errMsg})
+	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(st), Reason: errMsg})
 	return nil
 }
 
-func (m *Manager) recordLifecycle(ctx context.Context, id string, d recorder.LifecycleData) {
-	m.opts.Recorder.Record(ctx, id, recorder.TypeLifecycle, d)
+func (f *flight) lifecycle(ctx context.Context, id string, d recorder.LifecycleData) {
+	f.r.Record(ctx, id, recorder.TypeLifecycle, d)
 }
 
 // recordFile records a change made through the Files API.
-func (m *Manager) recordFile(ctx context.Context, id string, d recorder.FileData) {
+func (f *flight) file(ctx context.Context, id string, d recorder.FileData) {
 	d.Source = recorder.SourceAPI
-	m.opts.Recorder.Record(ctx, id, recorder.TypeFile, d)
+	f.r.Record(ctx, id, recorder.TypeFile, d)
 }
 
 // execStarted records an exec's start and waits for its end in the
 // background.
-func (m *Manager) execStarted(ctx context.Context, b *box, argv []string, cwd string, env map[string]string, tty bool, execID string) {
-	if m.opts.Recorder == nil {
+func (f *flight) execStarted(ctx context.Context, b *box, argv []string, cwd string, env map[string]string, tty bool, execID string) {
+	if f.r == nil {
 		return
 	}
-	t := &execTrack{cause: m.opts.Recorder.CauseOf(ctx), started: time.Now(), done: make(chan struct{})}
+	t := &execTrack{cause: f.r.CauseOf(ctx), started: time.Now(), done: make(chan struct{})}
 	keys := slices.Sorted(maps.Keys(env))
 	t.data = recorder.ExecData{ExecID: execID, Phase: recorder.PhaseStart, Argv: argv, Cwd: cwd, EnvKeys: keys, Tty: tty, Started: t.started.UTC()}
-	m.reg.get(b.id).rec.add(execID, t)
-	m.opts.Recorder.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
-	m.spawn(func() { m.awaitExec(b, execID, t) })
+	f.reg.get(b.id).rec.add(execID, t)
+	f.r.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
+	f.spawn(func() { f.awaitExec(b, execID, t) })
 }
 
 // awaitExec waits for session execID of b to exit, then records its end
 // after every guest event it caused. It gives up when b goes (a pause
 // hands the wait to the resumed box, see resumeExecs).
-func (m *Manager) awaitExec(b *box, execID string, t *execTrack) {
+func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for {
@@ -184,19 +195,19 @@ func (m *Manager) awaitExec(b *box, execID string, t *execTrack) {
 		}
 		switch {
 		case err == nil && sum.Exited:
-			m.drainGuest(ctx, b)
-			m.execEnded(b.id, execID, t, sum, "")
+			f.drainGuest(ctx, b)
+			f.execEnded(b.id, execID, t, sum, "")
 			return
 		case errors.Is(err, agentclient.ErrNoSession):
-			m.execEnded(b.id, execID, t, sum, "the guest no longer has the session")
+			f.execEnded(b.id, execID, t, sum, "the guest no longer has the session")
 			return
 		case err != nil:
 			select {
 			case <-b.gone:
 				if errors.Is(b.why, ErrPaused) {
-					m.reg.get(b.id).rec.setAwaited(t, false)
+					f.reg.get(b.id).rec.setAwaited(t, false)
 				} else {
-					m.execEnded(b.id, execID, t, sum, "the sandbox ended first")
+					f.execEnded(b.id, execID, t, sum, "the sandbox ended first")
 				}
 				return
 			case <-time.After(time.Second):
@@ -206,7 +217,7 @@ func (m *Manager) awaitExec(b *box, execID string, t *execTrack) {
 }
 
 // execEnded records an exec's end and releases those waiting for it.
-func (m *Manager) execEnded(id, execID string, t *execTrack, sum agentclient.Summary, why string) {
+func (f *flight) execEnded(id, execID string, t *execTrack, sum agentclient.Summary, why string) {
 	d := t.data
 	d.Phase = recorder.PhaseEnd
 	end := time.Now()
@@ -221,9 +232,9 @@ func (m *Manager) execEnded(id, execID string, t *execTrack, sum agentclient.Sum
 		d.ExitCode, d.Signal = &code, sum.Exit.Signal
 		d.Stdout, d.Stderr = outputSummary(sum.Stdout), outputSummary(sum.Stderr)
 	}
-	m.opts.Recorder.Add(context.Background(), recorder.Entry{SandboxID: id, Type: recorder.TypeExec, Cause: t.cause,
+	f.r.Add(context.Background(), recorder.Entry{SandboxID: id, Type: recorder.TypeExec, Cause: t.cause,
 		Time: end, Start: t.started, Data: d})
-	m.reg.get(id).rec.markEnded(t)
+	f.reg.get(id).rec.markEnded(t)
 	close(t.done)
 }
 
@@ -233,8 +244,8 @@ func outputSummary(s agentclient.StreamSummary) *recorder.OutputSummary {
 
 // waitEnd waits (briefly) until session execID's end event is recorded, so
 // that a caller who saw the exit finds it in the log.
-func (m *Manager) waitEnd(ctx context.Context, id, execID string) {
-	e := m.reg.find(id)
+func (f *flight) waitEnd(ctx context.Context, id, execID string) {
+	e := f.reg.find(id)
 	if e == nil {
 		return
 	}
@@ -250,21 +261,23 @@ func (m *Manager) waitEnd(ctx context.Context, id, execID string) {
 }
 
 // resumeExecs hands the execs whose wait a pause ended to the resumed box.
-func (m *Manager) resumeExecs(b *box) {
-	for execID, t := range m.reg.get(b.id).rec.unawaited() {
-		m.spawn(func() { m.awaitExec(b, execID, t) })
+func (f *flight) resumeExecs(b *box) {
+	for execID, t := range f.reg.get(b.id).rec.unawaited() {
+		f.spawn(func() { f.awaitExec(b, execID, t) })
 	}
 }
 
 // RecordNetwork records an egress proxy event, attributed to the
 // sandbox's newest running exec.
-func (m *Manager) RecordNetwork(ev egress.Event) {
+func (m *Manager) RecordNetwork(ev egress.Event) { m.rec.network(ev) }
+
+func (f *flight) network(ev egress.Event) {
 	var cause recorder.Cause
 	var execID string
-	if e := m.reg.find(ev.SandboxID); e != nil {
+	if e := f.reg.find(ev.SandboxID); e != nil {
 		cause, execID = e.rec.active()
 	}
-	m.opts.Recorder.Add(context.Background(), recorder.Entry{SandboxID: ev.SandboxID, Type: recorder.TypeNetwork, Cause: cause, Time: ev.Time,
+	f.r.Add(context.Background(), recorder.Entry{SandboxID: ev.SandboxID, Type: recorder.TypeNetwork, Cause: cause, Time: ev.Time,
 		Data: recorder.NetworkData{Kind: ev.Kind, Host: ev.Host, Port: ev.Port, Method: ev.Method, Path: ev.Path, BytesOut: ev.BytesOut,
 			BytesIn: ev.BytesIn, Allowed: ev.Allowed, Rule: ev.Rule, Status: ev.Status, ExecID: execID}})
 }

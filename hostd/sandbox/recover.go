@@ -47,7 +47,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			removeDir(filepath.Join(m.opts.DataDir, "sandboxes", e.Name()), m.log)
 		}
 	}
-	return m.sweepNetwork()
+	return m.nets.sweep()
 }
 
 // Close stops every live sandbox (their VMs could not outlive hostd),

@@ -26,12 +26,12 @@ type Session struct {
 // StartExec starts req in sandbox id and returns its session id at once
 // (a background command). Its stdin, if given, is written (and, without a
 // terminal, closed). Read its output with Attach.
-func (m *Manager) StartExec(ctx context.Context, id string, req ExecRequest) (string, error) {
-	b, err := m.running(ctx, id)
+func (x *Execs) StartExec(ctx context.Context, id string, req ExecRequest) (string, error) {
+	b, err := x.m.running(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	_, execID, err := m.start(ctx, b, req)
+	_, execID, err := x.start(ctx, b, req)
 	return execID, err
 }
 
@@ -41,8 +41,8 @@ func (m *Manager) StartExec(ctx context.Context, id string, req ExecRequest) (st
 // a finished one is read to its end. Output the guest no longer holds (it
 // keeps the last 4 MiB) is skipped; the first event's Offset shows where
 // reading resumed.
-func (m *Manager) Attach(ctx context.Context, id, execID string, offset uint64, emit func(ExecEvent) error) error {
-	b, err := m.running(ctx, id)
+func (x *Execs) Attach(ctx context.Context, id, execID string, offset uint64, emit func(ExecEvent) error) error {
+	b, err := x.m.running(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -52,13 +52,13 @@ func (m *Manager) Attach(ctx context.Context, id, execID string, offset uint64, 
 	if err != nil {
 		return b.streamErr(err)
 	}
-	return m.follow(ctx, b, c, execID, offset, emit)
+	return x.follow(ctx, b, c, execID, offset, emit)
 }
 
 // Sessions lists sandbox id's exec sessions, oldest first.
-func (m *Manager) Sessions(ctx context.Context, id string) ([]Session, error) {
+func (x *Execs) Sessions(ctx context.Context, id string) ([]Session, error) {
 	var out []Session
-	err := m.onSession(ctx, id, "", func(c *agentclient.Client) error {
+	err := x.onSession(ctx, id, "", func(c *agentclient.Client) error {
 		list, err := c.Sessions(ctx)
 		for _, s := range list {
 			ss := Session{ID: s.Id, Cmd: s.Argv, PID: int(s.Pid), Running: s.Running, ExitCode: int(s.ExitCode),
@@ -75,18 +75,18 @@ func (m *Manager) Sessions(ctx context.Context, id string) ([]Session, error) {
 
 // WriteStdin writes data to a session's stdin and closes it if close is
 // set (on a terminal, close sends end-of-file, ^D).
-func (m *Manager) WriteStdin(ctx context.Context, id, execID string, data []byte, close bool) error {
-	return m.onSession(ctx, id, execID, func(c *agentclient.Client) error {
+func (x *Execs) WriteStdin(ctx context.Context, id, execID string, data []byte, close bool) error {
+	return x.onSession(ctx, id, execID, func(c *agentclient.Client) error {
 		return c.WriteStdin(ctx, execID, data, close)
 	})
 }
 
 // Resize sets a terminal session's window size.
-func (m *Manager) Resize(ctx context.Context, id, execID string, rows, cols int) error {
+func (x *Execs) Resize(ctx context.Context, id, execID string, rows, cols int) error {
 	if rows < 1 || cols < 1 || rows > 0xffff || cols > 0xffff {
 		return ErrInvalid
 	}
-	return m.onSession(ctx, id, execID, func(c *agentclient.Client) error {
+	return x.onSession(ctx, id, execID, func(c *agentclient.Client) error {
 		return c.Resize(ctx, execID, uint32(rows), uint32(cols))
 	})
 }

@@ -65,7 +65,7 @@ func sh(t *testing.T, m *sandbox.Manager, id, script string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := m.Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}}, func(e sandbox.ExecEvent) error {
+	err := m.Service().Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}}, func(e sandbox.ExecEvent) error {
 		out.Write(e.Data)
 		return nil
 	})
@@ -145,20 +145,20 @@ func checkForks(t *testing.T, m *sandbox.Manager, id string) {
 
 func checkPauseResume(t *testing.T, m *sandbox.Manager, id string) {
 	ctx := context.Background()
-	execID, err := m.StartExec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", "for i in $(seq 1 30); do echo $i; sleep 0.1; done; echo finished"}})
+	execID, err := m.Service().StartExec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", "for i in $(seq 1 30); do echo $i; sleep 0.1; done; echo finished"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var before strings.Builder
 	attachCtx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
-	_ = m.Attach(attachCtx, id, execID, 0, func(e sandbox.ExecEvent) error { before.Write(e.Data); return nil })
+	_ = m.Service().Attach(attachCtx, id, execID, 0, func(e sandbox.ExecEvent) error { before.Write(e.Data); return nil })
 	cancel()
 	info, err := m.Pause(ctx, id)
 	if err != nil || info.State != sandbox.StatePaused {
 		t.Fatalf("pause: %+v, %v", info, err)
 	}
 	// An exec on a paused sandbox resumes it transparently (R12).
-	if err := m.Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"true"}}, func(sandbox.ExecEvent) error { return nil }); err != nil {
+	if err := m.Service().Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"true"}}, func(sandbox.ExecEvent) error { return nil }); err != nil {
 		t.Errorf("exec while paused: got %v, want it to resume the sandbox", err)
 	}
 	if info, err := m.Get(ctx, id); err != nil || info.State != sandbox.StateRunning {
@@ -167,7 +167,7 @@ func checkPauseResume(t *testing.T, m *sandbox.Manager, id string) {
 	// The process went on; its session's output continues where it was.
 	var after strings.Builder
 	var exit sandbox.ExecEvent
-	err = m.Attach(ctx, id, execID, uint64(before.Len()), func(e sandbox.ExecEvent) error {
+	err = m.Service().Attach(ctx, id, execID, uint64(before.Len()), func(e sandbox.ExecEvent) error {
 		after.Write(e.Data)
 		if e.Type == sandbox.EventExit {
 			exit = e

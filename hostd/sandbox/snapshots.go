@@ -66,7 +66,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd}
 	sn, err := m.snaps.Capture(ctx, src, c, snapshot.Options{Kind: opts.Kind, CacheKey: opts.CacheKey, StayPaused: opts.StayPaused,
-		BeforePause: func(ctx context.Context) { m.drainGuest(ctx, b) }})
+		BeforePause: func(ctx context.Context) { m.rec.drainGuest(ctx, b) }})
 	if err != nil {
 		return SnapshotInfo{}, b.streamErr(fmt.Errorf("sandbox: %w", err))
 	}
@@ -74,7 +74,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd}); err != nil {
 		return SnapshotInfo{}, err
 	}
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionSnapshot, SnapshotID: sn.ID, Reason: sn.Kind})
+	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionSnapshot, SnapshotID: sn.ID, Reason: sn.Kind})
 	return m.snaps.Info(ctx, sn)
 }
 

@@ -24,7 +24,7 @@ func (m *Manager) armTTL(e *entry, d time.Duration) {
 func (m *Manager) expire(id string) {
 	ctx := context.Background()
 	onTimeout := m.limitsOf(ctx, id).OnTimeout
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + onTimeout})
+	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + onTimeout})
 	if onTimeout == OnTimeoutPause {
 		m.log.Info("sandbox timeout reached; pausing", "sandbox_id", id)
 		if _, err := m.Pause(ctx, id); err != nil && !errors.Is(err, ErrNotRunning) && !errors.Is(err, ErrNotFound) {
@@ -52,7 +52,7 @@ func (m *Manager) ExtendTimeout(ctx context.Context, id string, timeoutS int) (I
 	e := m.reg.get(id)
 	e.ttl.disarm()
 	m.armTTL(e, time.Duration(timeoutS)*time.Second)
-	m.recordLifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: fmt.Sprintf("timeout set to %ds from now", timeoutS)})
+	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: fmt.Sprintf("timeout set to %ds from now", timeoutS)})
 	return m.Get(ctx, id)
 }
 

@@ -1,7 +1,37 @@
-// Package sandbox is hostd's sandbox manager: it creates sandboxes (overlay disk,
-// VMM process, agent connection), runs commands and file operations in them
-// through the guest agent, watches their VMs, and cleans up everything a
-// sandbox owned when it is deleted or its VM dies.
+// Package sandbox is hostd's sandbox manager: it creates sandboxes (overlay
+// disk, VMM process, agent connection), restores and forks them through the
+// snapshot engine (package snapshot), watches their VMs, and cleans up
+// everything a sandbox owned when it is deleted or its VM dies.
+//
+// The types, one concern each:
+//
+//   - Manager: the lifecycle core (create, delete, pause, resume, fork,
+//     snapshot, limits, recovery at start, Close).
+//   - Execs, Files, Templates: the exec sessions, the guest files and the
+//     templates with their warm pools, served over the Manager's sandboxes;
+//     Service puts them side by side for hostd's API.
+//   - entry and registry (registry.go): the one in-memory record per
+//     sandbox, from create to delete, across its VMs: its running box, its
+//     network attachment, usage meter, TTL timer, exec timeouts and the
+//     recorder's state.
+//   - box (box.go): one VM of a sandbox and its agent connection.
+//   - networks, flight, limitPolicy, reaper, pools: the network attachments,
+//     the flight recorder's glue, limit resolution, the orphan reaper and
+//     the warm pools.
+//
+// Lock order (outer first). box.op serializes the lifecycle operations of
+// one VM (snapshot, pause, delete), and entry.resume the resumes of one
+// sandbox; each is taken before any other lock of that sandbox and held
+// across the operation. guestCursor.mu is held while a batch of guest
+// events is recorded, and may take the locks below. Every other lock is a
+// leaf, held only to read or write its fields, never while calling out or
+// taking another lock: registry.mu, entry.mu, execLog.mu, pools.mu (released
+// before any pool.mu), pool.mu, ttl.mu, meter.mu and Manager.bgMu. box.mu is
+// a leaf too, but is held across the agent dial so that one connection is
+// made at a time.
+//
+// Background work (VM and idle watchers, guest event polls, exec waits, pool
+// refills, timers) runs through Manager.spawn, and Close waits for it.
 package sandbox
 
 import (
