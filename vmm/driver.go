@@ -149,3 +149,16 @@ type VM interface {
 	// Done is closed once the VMM process has exited.
 	Done() <-chan struct{}
 }
+
+// DiskSwitcher is the optional disk switch of a VM: a VM that implements it
+// can move its running guest onto a new overlay without a copy. A snapshot
+// uses it to make the current overlay the snapshot's frozen layer; callers
+// without it (Cloud Hypervisor) copy the overlay instead (see FreezeDisk).
+type DiskSwitcher interface {
+	// SwitchDisk moves the guest's disk index (0 = the root disk) onto
+	// overlay, an existing qcow2 file whose backing file is the disk's
+	// current file. The current file is read-only to the VMM afterwards:
+	// the caller may hard-link it as a frozen layer. On an exited VM it
+	// returns ErrNotRunning.
+	SwitchDisk(ctx context.Context, index int, overlay string) error
+}
