@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // snapshotStore is the persistence of snapshots and templates.
@@ -33,12 +34,6 @@ type snapshotStore interface {
 	GetTemplate(ctx context.Context, name string) (store.Template, error)
 	ListTemplates(ctx context.Context) ([]store.Template, error)
 	DeleteTemplate(ctx context.Context, name string) error
-}
-
-// diskSwitcher is implemented by VMs that can move a running guest onto a
-// new overlay (QEMU). Without it a snapshot copies the overlay instead.
-type diskSwitcher interface {
-	SwitchDisk(ctx context.Context, index int, overlay string) error
 }
 
 // layerFile is a snapshot's frozen disk layer, in its directory.
@@ -152,7 +147,7 @@ func (m *Manager) capture(ctx context.Context, b *box, opts SnapshotOptions) (st
 // otherwise the layer is a copy.
 func (m *Manager) freezeDisk(ctx context.Context, b *box, sn store.Snapshot) error {
 	layer := filepath.Join(sn.Dir, layerFile)
-	sw, ok := b.vm.(diskSwitcher)
+	sw, ok := b.vm.(vmm.DiskSwitcher)
 	if !ok {
 		return copyFile(b.overlay, layer)
 	}
