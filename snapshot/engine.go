@@ -32,12 +32,6 @@ const (
 // ErrInUse refuses to delete a snapshot that something still uses.
 var ErrInUse = errors.New("snapshot: in use")
 
-// diskSwitcher is implemented by VMs that can move a running guest onto a
-// new overlay (QEMU). Without it a capture copies the overlay instead.
-type diskSwitcher interface {
-	SwitchDisk(ctx context.Context, index int, overlay string) error
-}
-
 // Record is a snapshot as the store keeps it.
 type Record struct {
 	ID string
@@ -246,7 +240,7 @@ func (e *Engine) capture(ctx context.Context, src *Source, opts Options) (Record
 // backed by it; otherwise the layer is a streamed copy.
 func (e *Engine) freezeDisk(ctx context.Context, src *Source, sn Record) error {
 	layer := filepath.Join(sn.Dir, LayerFile)
-	sw, ok := src.VM.(diskSwitcher)
+	sw, ok := src.VM.(vmm.DiskSwitcher)
 	if !ok {
 		return copyFile(src.Overlay, layer)
 	}

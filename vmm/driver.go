@@ -1,7 +1,12 @@
 // Package vmm defines the narrow interface between hostd and a virtual machine
 // monitor. Each backend (vmm/qemu, vmm/cloudhypervisor) runs one VMM process per
 // sandbox and owns the agent channel to the guest; nothing above this package
-// knows which transport carries the agent's bytes.
+// knows which transport carries the agent's bytes. The doc comment of each
+// method says what every backend does; vmm/vmmtest.RunContract checks it.
+//
+// Lifetime: a VMM process dies with the hostd that started it (Pdeathsig;
+// see StartProcess, the one place that decides it). ctx arguments bound a
+// call, never a VM's life.
 package vmm
 
 import (
@@ -68,9 +73,11 @@ type Config struct {
 	Disks []Disk
 	// ConsoleLog receives the guest's serial console.
 	ConsoleLog string
-	// Started, if set, is called with the VMM's pid right after the process
-	// is created, before the backend waits for it (hostd puts the process
-	// into its cgroup there). An error stops the VM and fails the start.
+	// Started, if set, is called once by Start and Restore with the VMM's
+	// pid right after the process is created, before any guest runs (QEMU:
+	// before QMP connects; Cloud Hypervisor: before vm.create and vm.boot,
+	// or vm.restore). hostd puts the process into its cgroup there. An
+	// error stops the VMM and fails the start with that error (wrapped).
 	Started func(pid int) error
 	// Net, if set, gives the guest one virtio-net NIC on a tap device.
 	// Nil means no network device at all.
@@ -117,13 +124,16 @@ func (c Config) Validate() error {
 type Driver interface {
 	// Name is the backend's name ("qemu", "cloud-hypervisor").
 	Name() string
-	// Start launches a VMM process and boots cfg's kernel. It returns once the
-	// VMM runs the guest; the guest agent may not answer yet (Dial retries are
-	// the caller's). ctx bounds the launch only, never the VM's life.
+	// Start validates cfg (ErrInvalidConfig), launches a VMM process, calls
+	// cfg.Started, and boots cfg's kernel. It returns once the VMM runs the
+	// guest; the guest agent may not answer yet (VM.Dial waits for it). ctx
+	// bounds the launch only, never the VM's life.
 	Start(ctx context.Context, cfg Config) (VM, error)
 	// Restore launches a VMM process from a snapshot that a VM of this backend
-	// wrote with VM.Snapshot into dir. The VM starts paused; call Resume.
-	// A snapshot of another backend is refused with ErrUnsupported.
+	// wrote with VM.Snapshot into dir, calling cfg.Started before the restored
+	// guest exists. The VM starts paused: its guest answers nothing until
+	// Resume. A directory that is not a snapshot of this backend is refused
+	// with ErrUnsupported.
 	Restore(ctx context.Context, cfg Config, dir string) (VM, error)
 }
 
@@ -131,7 +141,12 @@ type Driver interface {
 type VM interface {
 	// PID is the VMM process id.
 	PID() int
-	// Dial opens a new stream to the guest's channel port. Connections are
+	// Dial opens a new stream to the guest's channel port. It waits (until
+	// ctx ends) for a guest that does not answer yet: every backend retries
+	// inside Dial until guestinit answers, so the first Dial after Start or
+	// Resume is how callers wait for the agent, bounded by ctx. A port that
+	// the guest does not serve fails at once with channel.ErrRefused; an
+	// exited VM with ErrNotRunning; an ended ctx with its error. Streams are
 	// reset by a restore; dial again afterwards.
 	Dial(ctx context.Context, port uint32) (net.Conn, error)
 	// Pause stops the vCPUs; Resume restarts them.
@@ -140,12 +155,31 @@ type VM interface {
 	// Snapshot writes the paused VM's memory and device state into dir (which
 	// must exist and be empty). Disks are the caller's to freeze.
 	Snapshot(ctx context.Context, dir string) error
-	// Stop ends the VM: a graceful request, then SIGTERM, then SIGKILL, bounded
-	// by ctx. It returns once the process has exited and its files are closed.
+	// Stop ends the VM: a graceful request, then SIGTERM, then SIGKILL, each
+	// given a few seconds. When ctx ends, the graceful steps left are skipped
+	// and SIGKILL is sent at once. Stop returns nil once the process has been
+	// reaped and the VM's files are closed (QEMU and Cloud Hypervisor wait a
+	// bounded few seconds for the reap after SIGKILL, whatever ctx); an
+	// implementation may instead return ctx.Err() when ctx ended before the
+	// reap, Done then closes later. Stop of an exited VM returns nil.
 	Stop(ctx context.Context) error
 	// Wait blocks until the VMM process exits or ctx ends, and returns the
 	// exit error (nil for a clean exit) or ctx.Err().
 	Wait(ctx context.Context) error
 	// Done is closed once the VMM process has exited.
 	Done() <-chan struct{}
+}
+
+// DiskSwitcher is the optional disk switch of a VM: a VM that implements it
+// can move its running guest onto a new overlay without a copy. A snapshot
+// uses it to make the current overlay the snapshot's frozen layer; callers
+// of a VM without it (Cloud Hypervisor) copy the overlay file instead,
+// while the VM is paused.
+type DiskSwitcher interface {
+	// SwitchDisk moves the guest's disk index (0 = the root disk) onto
+	// overlay, an existing qcow2 file whose backing file is the disk's
+	// current file. The current file is read-only to the VMM afterwards:
+	// the caller may hard-link it as a frozen layer. On an exited VM it
+	// returns ErrNotRunning.
+	SwitchDisk(ctx context.Context, index int, overlay string) error
 }

@@ -10,7 +10,8 @@ import (
 
 // Recover runs once at start. A sandbox that was creating, running or
 // stopping when the previous hostd ended has lost its VM (VMM processes die
-// with the hostd that started them), so it is marked failed and its files
+// with the hostd that started them: the policy of vmm.StartProcess, which
+// both backends use), so it is marked failed and its files
 // are removed. Directories under sandboxes/ that no record names are
 // orphans and are removed too.
 func (m *Manager) Recover(ctx context.Context) error {

@@ -304,13 +304,10 @@ func TestContractClientDeadline(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
-			start := time.Now()
+			// The fake answers after a second: a call that waited would succeed.
 			err := call(ctx)
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("got %v, want context.DeadlineExceeded", err)
-			}
-			if took := time.Since(start); took > 500*time.Millisecond {
-				t.Errorf("returned after %v, want about the 50ms deadline", took)
 			}
 		})
 	}

@@ -270,7 +270,8 @@ func pathsFor(dir string) vmPaths {
 // so the vsock socket leaves room for a port.
 const maxSocketPath = 107
 
-// launch starts cloud-hypervisor for cfg and waits until its API answers.
+// launch starts cloud-hypervisor for cfg, calls cfg.Started with its pid,
+// and waits until its API answers.
 func (d *Driver) launch(ctx context.Context, cfg vmm.Config) (*VM, error) {
 	p := pathsFor(cfg.Dir)
 	if len(p.vsock)+len("_4294967295") > maxSocketPath {
@@ -297,6 +298,12 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config) (*VM, error) {
 	v.cleanup.add(func() error { api.Close(); return removeAll(p.api) })
 	v.log.Info("cloud-hypervisor started", "vm_pid", proc.pid(), "api_socket", p.api)
 	go v.watch()
+	// Before vm.create and vm.boot, or vm.restore: no guest runs yet.
+	if cfg.Started != nil {
+		if err := cfg.Started(proc.pid()); err != nil {
+			return nil, v.abort(ctx, fmt.Errorf("cloudhypervisor: started hook: %w", err))
+		}
+	}
 	if err := v.waitReady(ctx); err != nil {
 		return nil, v.abort(ctx, err)
 	}

@@ -7,8 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // process is one running cloud-hypervisor. Its exit is observed by a single
@@ -20,7 +21,8 @@ type process struct {
 }
 
 // startProcess runs bin with args, its stdout and stderr going to logPath.
-// The process is not tied to any context: it lives until stop.
+// The process is not tied to any context: it lives until stop, or until
+// hostd dies (vmm.StartProcess).
 func startProcess(bin string, args, env []string, logPath string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -31,10 +33,8 @@ func startProcess(bin string, args, env []string, logPath string) (*process, err
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
-	// Its own session: a signal to hostd's process group or terminal does
-	// not reach the VMM, whose life only Stop ends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	// The VMM lifetime policy is vmm's (it dies with hostd).
+	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("cloudhypervisor: start %s: %w", bin, err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}

@@ -192,7 +192,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o la
 		// fd 4 (see netArgs); fd 3 is the memfd, or closed without one.
 		cmd.ExtraFiles = []*os.File{o.mem, cfg.Net.Tap}
 	}
-	if err := spawn(cmd); err != nil {
+	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
 	vm := newVM(cmd, cfg, d.log)

@@ -40,7 +40,10 @@ type VM struct {
 	stopErr  error
 }
 
-var _ vmm.VM = (*VM)(nil)
+var (
+	_ vmm.VM           = (*VM)(nil)
+	_ vmm.DiskSwitcher = (*VM)(nil)
+)
 
 func newVM(cmd *exec.Cmd, cfg vmm.Config, log *slog.Logger) *VM {
 	vm := &VM{cmd: cmd, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", cmd.Process.Pid), done: make(chan struct{})}
@@ -218,40 +221,58 @@ func (discardLogger) Print(...any)          {}
 func (discardLogger) Printf(string, ...any) {}
 func (discardLogger) Println(...any)        {}
 
-// Stop ends QEMU: QMP quit, then SIGTERM, then SIGKILL, each given part of
-// ctx's time (or a few seconds without a deadline). It then removes the VM's
-// sockets.
+// Stop ends QEMU: QMP quit, then SIGTERM, then SIGKILL, each given a few
+// seconds; when ctx ends, what is left of the graceful steps is skipped and
+// SIGKILL sent at once. Stop returns once QEMU has been reaped (the wait
+// after SIGKILL is bounded by killWait, not by ctx) and the VM's sockets are
+// removed. Later calls return the first call's result.
 func (vm *VM) Stop(ctx context.Context) error {
 	vm.stopOnce.Do(func() { vm.stopErr = vm.stop(ctx) })
 	return vm.stopErr
 }
 
+// Stop's step timeouts: quit's own QMP call, each graceful step's wait for
+// the exit, and the wait for the reap after SIGKILL.
+const (
+	quitTimeout = time.Second
+	stepWait    = 2 * time.Second
+	killWait    = 5 * time.Second
+)
+
 func (vm *VM) stop(ctx context.Context) error {
-	ctx = context.WithoutCancel(ctx)
-	steps := []func(){
+	graceful := []func(){
 		func() {
 			if vm.qmp != nil {
-				qctx, cancel := context.WithTimeout(ctx, time.Second)
+				qctx, cancel := context.WithTimeout(ctx, quitTimeout)
 				_, _ = vm.qmp.run(qctx, "quit", nil)
 				cancel()
 			}
 		},
 		func() { _ = vm.cmd.Process.Signal(syscall.SIGTERM) },
-		func() { _ = vm.cmd.Process.Kill() },
 	}
-	var err error
-	for i, step := range steps {
-		if vm.running() != nil {
+	for _, step := range graceful {
+		if vm.running() != nil || ctx.Err() != nil {
 			break
 		}
 		step()
+		t := time.NewTimer(stepWait)
 		select {
 		case <-vm.done:
-		case <-time.After(2 * time.Second):
-			if i == len(steps)-1 {
-				err = fmt.Errorf("qemu: pid %d did not exit after SIGKILL", vm.PID())
-			}
+		case <-ctx.Done():
+		case <-t.C:
 		}
+		t.Stop()
+	}
+	var err error
+	if vm.running() == nil {
+		_ = vm.cmd.Process.Kill()
+		t := time.NewTimer(killWait)
+		select {
+		case <-vm.done:
+		case <-t.C:
+			err = fmt.Errorf("qemu: pid %d did not exit %v after SIGKILL", vm.PID(), killWait)
+		}
+		t.Stop()
 	}
 	vm.mu.Lock()
 	if vm.sess != nil {
@@ -276,7 +297,7 @@ func (vm *VM) stop(ctx context.Context) error {
 
 // SwitchDisk moves the running guest's disk index onto a new qcow2 overlay
 // whose backing file is the current one (QMP blockdev-snapshot-sync). The
-// current file is then read-only to QEMU: a frozen layer.
+// current file is then read-only to QEMU: a frozen layer (vmm.DiskSwitcher).
 func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
 	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
 		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "existing",

@@ -34,10 +34,34 @@ func snapshotVM(t *testing.T, vm vmm.VM, cfg vmm.Config) string {
 	return dir
 }
 
-// checkSnapshot snapshots a VM with a file and a running process, restores
-// it twice (the restores share the snapshot), and checks state, isolation,
-// and that a restored VM can itself be snapshotted and restored.
-func checkSnapshot(t *testing.T, d vmm.Driver, vm vmm.VM, c *agentclient.Client, cfg vmm.Config) {
+// checkSnapshot snapshots a VM, restores it (boot checks that a restore
+// starts paused and calls Started), and checks that the source goes on,
+// that a restore of an empty dir is ErrUnsupported, and that a restored VM
+// stops gracefully. With a real guest it also checks the guest's state.
+func checkSnapshot(t *testing.T, tgt Target, d vmm.Driver, vm vmm.VM, c *agentclient.Client, cfg vmm.Config) {
+	ctx := context.Background()
+	if !tgt.RealGuest {
+		snap := snapshotVM(t, vm, cfg)
+		if out := runCmd(t, c, agentclient.Command{Argv: []string{"echo", "source"}}); out.stdout != "source\n" {
+			t.Errorf("source after snapshot: got %q", out.stdout)
+		}
+		r, rc, _ := boot(t, tgt, d, "restored", snap)
+		if out := runCmd(t, rc, agentclient.Command{Argv: []string{"echo", "restored"}}); out.stdout != "restored\n" {
+			t.Errorf("restore: got %q", out.stdout)
+		}
+		checkStop(t, r)
+	} else {
+		checkGuestSnapshot(t, tgt, d, vm, c, cfg)
+	}
+	if _, err := d.Restore(ctx, tgt.Config(t, "bad", ""), ShortTempDir(t)); !errors.Is(err, vmm.ErrUnsupported) {
+		t.Errorf("restore from an empty dir: got %v, want ErrUnsupported", err)
+	}
+}
+
+// checkGuestSnapshot snapshots a VM with a file and a running process,
+// restores it twice (the restores share the snapshot), and checks state,
+// isolation, and that a restored VM can itself be snapshotted and restored.
+func checkGuestSnapshot(t *testing.T, tgt Target, d vmm.Driver, vm vmm.VM, c *agentclient.Client, cfg vmm.Config) {
 	ctx := context.Background()
 	runCmd(t, c, agentclient.Command{Shell: "echo before > /root/state; sync"})
 	if _, err := c.Start(ctx, agentclient.Command{Shell: "i=0; while true; do i=$((i+1)); echo $i > /root/counter; sleep 0.2; done"}); err != nil {
@@ -49,14 +73,14 @@ func checkSnapshot(t *testing.T, d vmm.Driver, vm vmm.VM, c *agentclient.Client,
 	if out := runCmd(t, c, agentclient.Command{Shell: "cat /root/state"}); out.stdout != "after\n" {
 		t.Errorf("source after snapshot: got %q", out.stdout)
 	}
-	_, a, _ := boot(t, d, "restored-a", snap)
-	_, b, _ := boot(t, d, "restored-b", snap)
+	ra, a, _ := boot(t, tgt, d, "restored-a", snap)
+	_, b, _ := boot(t, tgt, d, "restored-b", snap)
 	for name, rc := range map[string]*agentclient.Client{"a": a, "b": b} {
 		if out := runCmd(t, rc, agentclient.Command{Shell: "cat /root/state"}); out.stdout != "before\n" {
 			t.Errorf("restore %s: got %q, want the snapshot's state", name, out.stdout)
 		}
 		// The background process survived the snapshot and keeps counting.
-		if out := runCmd(t, rc, agentclient.Command{Shell: "a=$(cat /root/counter); sleep 1; b=$(cat /root/counter); [ $b -gt $a ] && echo counting"}); out.stdout != "counting\n" {
+		if out := runCmd(t, rc, agentclient.Command{Shell: "a=$(cat /root/counter); while [ $(cat /root/counter) -le $a ]; do sleep 0.1; done; echo counting"}); out.stdout != "counting\n" {
 			t.Errorf("restore %s: background process: got %q", name, out.stdout)
 		}
 	}
@@ -64,21 +88,19 @@ func checkSnapshot(t *testing.T, d vmm.Driver, vm vmm.VM, c *agentclient.Client,
 	if out := runCmd(t, b, agentclient.Command{Shell: "cat /root/state"}); out.stdout != "before\n" {
 		t.Errorf("a write in restore a shows in restore b: %q", out.stdout)
 	}
-	if _, err := d.Restore(ctx, vmConfig(t, "bad", ""), ShortTempDir(t)); !errors.Is(err, vmm.ErrUnsupported) {
-		t.Errorf("restore from an empty dir: got %v, want ErrUnsupported", err)
-	}
-	checkSnapshotOfRestore(t, d, a)
+	checkStop(t, ra)
+	checkSnapshotOfRestore(t, tgt, d)
 }
 
 // checkSnapshotOfRestore snapshots a restored VM and restores that.
-func checkSnapshotOfRestore(t *testing.T, d vmm.Driver, _ *agentclient.Client) {
-	vm, c, cfg := boot(t, d, "second-gen", "")
+func checkSnapshotOfRestore(t *testing.T, tgt Target, d vmm.Driver) {
+	vm, c, cfg := boot(t, tgt, d, "second-gen", "")
 	runCmd(t, c, agentclient.Command{Shell: "echo gen1 > /root/gen; sync"})
 	snap1 := snapshotVM(t, vm, cfg)
-	vm2, c2, cfg2 := boot(t, d, "gen2", snap1)
+	vm2, c2, cfg2 := boot(t, tgt, d, "gen2", snap1)
 	runCmd(t, c2, agentclient.Command{Shell: "echo gen2 >> /root/gen; sync"})
 	snap2 := snapshotVM(t, vm2, cfg2)
-	_, c3, _ := boot(t, d, "gen3", snap2)
+	_, c3, _ := boot(t, tgt, d, "gen3", snap2)
 	if out := runCmd(t, c3, agentclient.Command{Shell: "cat /root/gen"}); strings.TrimSpace(out.stdout) != "gen1\ngen2" {
 		t.Errorf("restore of a restore's snapshot: got %q", out.stdout)
 	}

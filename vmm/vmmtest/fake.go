@@ -1,0 +1,235 @@
+package vmmtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// FakeDriver is an in-process vmm.Driver for unit tests of what drives VMs
+// (hostd's manager). Its VMs run no VMM process and need no guest assets:
+// Dial(ctx, channel.AgentPort) reaches the real guestinit agent (Exec and
+// Files services) served in this process over net.Pipe, so commands run as
+// real host processes, and file calls act on the host's filesystem. The
+// System service answers Health with the VM's hostname and only records
+// SetTime, Reseed, SetIdentity, Freeze and Thaw (see FakeVM.SystemCalls):
+// they would change the host. Dial(ctx, channel.PortForwardPort) is a
+// working port-forward stream to a TCP port on the host's 127.0.0.1. Any
+// other port is refused (channel.ErrRefused).
+//
+// The hooks (FailNextStart, SetStartDelay, FakeVM.Die, ...) let a test make
+// the VMM fail or die. A FakeDriver is safe for concurrent use.
+type FakeDriver struct {
+	opts FakeOptions
+
+	mu          sync.Mutex
+	startDelay  time.Duration
+	bootDelay   time.Duration
+	failStart   error
+	failRestore error
+	failSnap    error
+	starts      int
+	restores    int
+	vms         []*FakeVM
+}
+
+// FakeOptions configures a FakeDriver. The zero value works.
+type FakeOptions struct {
+	// Name is the driver's Name (default "fake").
+	Name string
+	// Logger receives the in-process agent's logs (default: discarded).
+	Logger *slog.Logger
+	// StartDelay is how long Start and Restore take (bounded by their ctx).
+	StartDelay time.Duration
+	// BootDelay is how long after Start (or after the Resume of a restored
+	// VM) the agent takes to answer: until then Dial waits, as on a booting
+	// guest.
+	BootDelay time.Duration
+}
+
+// NewFakeDriver returns a FakeDriver.
+func NewFakeDriver(opts FakeOptions) *FakeDriver {
+	if opts.Name == "" {
+		opts.Name = "fake"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &FakeDriver{opts: opts, startDelay: opts.StartDelay, bootDelay: opts.BootDelay}
+}
+
+var _ vmm.Driver = (*FakeDriver)(nil)
+
+// fakePIDs hands out fake VMM pids above Linux's largest pid_max (2^22),
+// so that no real process ever has one: kill(pid, 0) is ESRCH for them.
+var fakePIDs atomic.Int64
+
+func nextFakePID() int { return 1<<22 + int(fakePIDs.Add(1)) }
+
+// fakeStateFile is what a FakeVM's Snapshot writes, and Restore reads.
+const fakeStateFile = "fake-vm.json"
+
+// fakeState is the content of fakeStateFile.
+type fakeState struct {
+	Driver   string `json:"driver"`
+	SourceID string `json:"source_id"`
+	Hostname string `json:"hostname"`
+}
+
+// Name is the driver's name (FakeOptions.Name).
+func (d *FakeDriver) Name() string { return d.opts.Name }
+
+// FailNextStart makes the next Start return err (wrapped) without a VM.
+func (d *FakeDriver) FailNextStart(err error) { d.set(func() { d.failStart = err }) }
+
+// FailNextRestore makes the next Restore return err (wrapped) without a VM.
+func (d *FakeDriver) FailNextRestore(err error) { d.set(func() { d.failRestore = err }) }
+
+// FailNextSnapshot makes the next Snapshot of any of d's VMs return err
+// (wrapped) and write nothing.
+func (d *FakeDriver) FailNextSnapshot(err error) { d.set(func() { d.failSnap = err }) }
+
+// SetStartDelay changes FakeOptions.StartDelay for later calls.
+func (d *FakeDriver) SetStartDelay(t time.Duration) { d.set(func() { d.startDelay = t }) }
+
+// SetBootDelay changes FakeOptions.BootDelay for later VMs.
+func (d *FakeDriver) SetBootDelay(t time.Duration) { d.set(func() { d.bootDelay = t }) }
+
+// Starts is the number of Start calls so far, failed ones included.
+func (d *FakeDriver) Starts() int { d.mu.Lock(); defer d.mu.Unlock(); return d.starts }
+
+// Restores is the number of Restore calls so far, failed ones included.
+func (d *FakeDriver) Restores() int { d.mu.Lock(); defer d.mu.Unlock(); return d.restores }
+
+// VMs returns every VM d has started or restored, oldest first (stopped
+// ones included).
+func (d *FakeDriver) VMs() []*FakeVM {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*FakeVM(nil), d.vms...)
+}
+
+// Last returns the VM d started or restored last, or nil.
+func (d *FakeDriver) Last() *FakeVM {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.vms) == 0 {
+		return nil
+	}
+	return d.vms[len(d.vms)-1]
+}
+
+func (d *FakeDriver) set(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f()
+}
+
+// take returns *p and clears it.
+func take(mu *sync.Mutex, p *error) error {
+	mu.Lock()
+	defer mu.Unlock()
+	err := *p
+	*p = nil
+	return err
+}
+
+// Start "boots" cfg: it validates cfg, waits StartDelay (bounded by ctx),
+// calls cfg.Started with the VM's fake pid before the guest runs (an error
+// there ends the VM and fails Start), writes a line to cfg.ConsoleLog, and
+// returns a running VM whose agent answers after BootDelay. cfg's kernel,
+// disks and Net are not opened.
+func (d *FakeDriver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
+	d.set(func() { d.starts++ })
+	if err := take(&d.mu, &d.failStart); err != nil {
+		return nil, fmt.Errorf("vmmtest: fake start: %w", err)
+	}
+	return d.launch(ctx, cfg, "", fakeState{Hostname: hostnameOf(cfg.Cmdline, cfg.ID)})
+}
+
+// Restore "restores" a snapshot that a FakeVM's Snapshot wrote into dir
+// (anything else is vmm.ErrUnsupported), like Start otherwise. The VM
+// starts paused: its agent answers only after Resume (and BootDelay). It
+// is a fresh agent: processes and sessions of the snapshotted VM are not
+// carried over; its hostname is.
+func (d *FakeDriver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
+	d.set(func() { d.restores++ })
+	if err := take(&d.mu, &d.failRestore); err != nil {
+		return nil, fmt.Errorf("vmmtest: fake restore: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, fakeStateFile))
+	if err != nil {
+		return nil, fmt.Errorf("vmmtest: %s is not a fake vm snapshot (%v): %w", dir, err, vmm.ErrUnsupported)
+	}
+	var st fakeState
+	if err := json.Unmarshal(b, &st); err != nil || st.Driver != d.opts.Name {
+		return nil, fmt.Errorf("vmmtest: %s is not a %q snapshot: %w", dir, d.opts.Name, vmm.ErrUnsupported)
+	}
+	return d.launch(ctx, cfg, dir, st)
+}
+
+func (d *FakeDriver) launch(ctx context.Context, cfg vmm.Config, from string, st fakeState) (*FakeVM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	delay, boot := d.startDelay, d.bootDelay
+	d.mu.Unlock()
+	if err := sleepCtx(ctx, delay); err != nil {
+		return nil, fmt.Errorf("vmmtest: fake start: %w", err)
+	}
+	g, err := newFakeGuest(st.Hostname, d.opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	vm := &FakeVM{
+		d: d, cfg: cfg, pid: nextFakePID(), guest: g, restoredFrom: from, bootDelay: boot,
+		disks: append([]vmm.Disk(nil), cfg.Disks...), done: make(chan struct{}),
+	}
+	if from != "" {
+		g.gate.pause()
+	}
+	if cfg.Started != nil {
+		if err := cfg.Started(vm.pid); err != nil {
+			vm.end(errors.New("vmmtest: killed after Started failed"))
+			<-vm.done
+			return nil, fmt.Errorf("vmmtest: fake start: started hook: %w", err)
+		}
+	}
+	if from == "" {
+		vm.ready = time.Now().Add(boot)
+	}
+	if err := os.WriteFile(cfg.ConsoleLog, fmt.Appendf(nil, "fake vm %s (pid %d) running\n", cfg.ID, vm.pid), 0o644); err != nil {
+		vm.end(err)
+		<-vm.done
+		return nil, fmt.Errorf("vmmtest: console log: %w", err)
+	}
+	d.mu.Lock()
+	d.vms = append(d.vms, vm)
+	d.mu.Unlock()
+	return vm, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
