@@ -106,6 +106,7 @@ func TestSnapshotsForksAndPause(t *testing.T) {
 	})
 	t.Run("fork 3", func(t *testing.T) { checkForks(t, m, sb.ID) })
 	t.Run("pause and resume keep a running process", func(t *testing.T) { checkPauseResume(t, m, sb.ID) })
+	t.Run("an exec timeout kills after a pause and resume", func(t *testing.T) { checkTimeoutAcrossPause(t, m, sb.ID) })
 	t.Run("snapshot in use is not deleted", func(t *testing.T) { checkInUse(t, m, snap.ID) })
 	t.Run("corrupt snapshot is refused", func(t *testing.T) { checkCorrupt(t, m, sb.ID, snap.ID, data) })
 	t.Run("garbage collection", func(t *testing.T) { checkGC(t, m, sb.ID, snap.ID, data) })
@@ -283,5 +284,32 @@ func checkGC(t *testing.T, m *sandbox.Manager, id, firstSnap, data string) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(data, "snapshots")); len(ents) != 0 {
 		t.Errorf("%d snapshot dirs left", len(ents))
+	}
+}
+
+// checkTimeoutAcrossPause: the kill of an exec's timeout reaches the
+// command through the VM the sandbox runs when it falls due, not the one
+// it started on.
+func checkTimeoutAcrossPause(t *testing.T, m *sandbox.Manager, id string) {
+	ctx := context.Background()
+	execID, err := m.Service().StartExec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sleep", "120"}, TimeoutS: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	var exit sandbox.ExecEvent
+	err = m.Service().Attach(ctx, id, execID, 0, func(e sandbox.ExecEvent) error {
+		if e.Type == sandbox.EventExit {
+			exit = e
+		}
+		return nil
+	})
+	if err != nil || exit.Signal != "SIGKILL" {
+		t.Errorf("got exit %+v, %v, want the command killed by its timeout", exit, err)
 	}
 }
