@@ -11,3 +11,4 @@
 package client
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml ../hostd/api/openapi.yaml
+//go:generate go run ../internal/tools/undoc client.gen.go

@@ -25,8 +25,7 @@ import (
 )
 
 // Run starts hostd and serves until ctx ends, then stops every sandbox and
-// returns. ready, if not nil, is called with the bound address once the API
-// accepts connections.
+// returns (RunWithReady also reports the bound address).
 func Run(ctx context.Context, cfg Config) error {
 	return RunWithReady(ctx, cfg, nil)
 }

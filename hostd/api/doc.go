@@ -10,3 +10,4 @@
 package api
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml openapi.yaml
+//go:generate go run ../../internal/tools/undoc api.gen.go

@@ -469,7 +469,8 @@ func infoOf(r store.Sandbox) Info {
 		TimeoutS: r.TimeoutS, Metadata: r.Metadata, CreatedAt: r.CreatedAt, Error: r.Error, VMPID: r.VMPID}
 }
 
-// live returns the running sandbox id, or ErrNotFound / ErrNotRunning.
+// live returns sandbox id's running box, or an error wrapping ErrNotFound
+// (no such sandbox) or ErrNotRunning (it exists but does not run).
 func (m *Manager) live(ctx context.Context, id string) (*box, error) {
 	if b := m.reg.live(id); b != nil {
 		b.touch()

@@ -1,5 +1,6 @@
 // Package store is hostd's state in SQLite (modernc.org/sqlite, no cgo):
-// sandboxes and API keys. One *sql.DB in WAL mode serves the whole daemon;
+// sandboxes with their VM state and limits, snapshots, templates, API keys,
+// secrets, network policies and the flight recorder's events. One *sql.DB in WAL mode serves the whole daemon;
 // the schema is migrated forward by a version table when the store opens.
 package store
 
