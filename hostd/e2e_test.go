@@ -42,6 +42,21 @@ func startHostd(t *testing.T) (*client.Client, string) {
 // startHostdOn runs hostd on data dir data; stop ends it (once).
 func startHostdOn(t *testing.T, data string, tweaks ...func(*hostd.Config)) (*client.Client, func()) {
 	t.Helper()
+	url, stop := runHostd(t, data, tweaks...)
+	c, err := client.New(url, testKey)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	return c, stop
+}
+
+// runHostd is the one way these tests start a real hostd (QEMU, TCG): on
+// data dir data, with its debug log in data/hostd.log (shown when the test
+// fails), listening on a free port. It returns the API's URL and a stop
+// function (safe to call more than once).
+func runHostd(t *testing.T, data string, tweaks ...func(*hostd.Config)) (string, func()) {
+	t.Helper()
 	a := vmmtest.FindAssets(t)
 	logf, err := os.OpenFile(filepath.Join(data, "hostd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -50,7 +65,7 @@ func startHostdOn(t *testing.T, data string, tweaks ...func(*hostd.Config)) (*cl
 	cfg := hostd.Config{
 		Listen: "127.0.0.1:0", DataDir: data, APIKey: testKey, VMM: "qemu", Accel: "tcg",
 		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage,
-		Logger: slog.New(slog.NewTextHandler(logf, nil)),
+		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	for _, tw := range tweaks {
 		tw(&cfg)
@@ -65,6 +80,7 @@ func startHostdOn(t *testing.T, data string, tweaks ...func(*hostd.Config)) (*cl
 		url = "http://" + a
 	case err := <-done:
 		cancel()
+		logf.Close()
 		t.Fatalf("hostd: %v", err)
 	}
 	var once sync.Once
@@ -81,12 +97,7 @@ func startHostdOn(t *testing.T, data string, tweaks ...func(*hostd.Config)) (*cl
 			logf.Close()
 		})
 	}
-	c, err := client.New(url, testKey)
-	if err != nil {
-		stop()
-		t.Fatal(err)
-	}
-	return c, stop
+	return url, stop
 }
 
 func TestEndToEnd(t *testing.T) {

@@ -111,46 +111,19 @@ func startNetHostdPort(t *testing.T, up *nettest.Upstream) (*client.Client, stri
 
 func startNetHostdDir(t *testing.T, up *nettest.Upstream, data string) (*client.Client, string, string) {
 	t.Helper()
-	a := vmmtest.FindAssets(t)
-	logf, err := os.Create(filepath.Join(data, "hostd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := hostd.Config{
-		Listen: "127.0.0.1:0", DataDir: data, APIKey: testKey, VMM: "qemu", Accel: "tcg",
-		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage,
-		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	var caFile string
 	if up != nil {
-		caFile := filepath.Join(data, "upstream-ca.pem")
+		caFile = filepath.Join(data, "upstream-ca.pem")
 		if err := os.WriteFile(caFile, up.CA.PEM, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cfg.EgressHosts, cfg.EgressUpstreamCA = up.Hosts(), caFile
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- hostd.RunWithReady(ctx, cfg, func(a string) { addr <- a }) }()
-	var u string
-	select {
-	case a := <-addr:
-		u = "http://" + a
-	case err := <-done:
-		cancel()
-		t.Fatalf("hostd: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hostd: %v", err)
+	u, stop := runHostd(t, data, func(cfg *hostd.Config) {
+		if up != nil {
+			cfg.EgressHosts, cfg.EgressUpstreamCA = up.Hosts(), caFile
 		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("hostd log:\n%s", b)
-		}
-		logf.Close()
 	})
+	t.Cleanup(stop)
 	c, err := client.New(u, testKey)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -42,44 +41,13 @@ const svcDomain = "localhost"
 // startSvcHostd is startHostd with a domain; it returns the bound address.
 func startSvcHostd(t *testing.T) (*client.Client, string) {
 	t.Helper()
-	a := vmmtest.FindAssets(t)
-	data := vmmtest.ShortTempDir(t)
-	logf, err := os.Create(filepath.Join(data, "hostd.log"))
+	u, stop := runHostd(t, vmmtest.ShortTempDir(t), func(cfg *hostd.Config) { cfg.Domain = svcDomain })
+	t.Cleanup(stop)
+	c, err := client.New(u, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := hostd.Config{
-		Listen: "127.0.0.1:0", DataDir: data, APIKey: testKey, VMM: "qemu", Accel: "tcg", Domain: svcDomain,
-		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage,
-		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- hostd.RunWithReady(ctx, cfg, func(a string) { addrc <- a }) }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		cancel()
-		t.Fatalf("hostd: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hostd: %v", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("hostd log:\n%s", b)
-		}
-		logf.Close()
-	})
-	c, err := client.New("http://"+addr, testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, addr
+	return c, strings.TrimPrefix(u, "http://")
 }
 
 func newSvcEnv(t *testing.T) *svcEnv {

@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentbox/agentbox/hostd/internal/httpstatus"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
@@ -136,7 +137,7 @@ type router struct {
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &httpstatus.Recorder{ResponseWriter: w}
 	r = withKeyHolder(r)
 	r, span := rt.s.startSpan(w, r)
 	// Deferred, so that a response aborted with http.ErrAbortHandler is
@@ -148,7 +149,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.serve(rec, r)
 }
 
-func (rt *router) logRequest(r *http.Request, rec *statusRecorder, start time.Time) {
+func (rt *router) logRequest(r *http.Request, rec *httpstatus.Recorder, start time.Time) {
 	level := slog.LevelInfo
 	if r.URL.Path == "/healthz" {
 		level = slog.LevelDebug
@@ -158,7 +159,7 @@ func (rt *router) logRequest(r *http.Request, rec *statusRecorder, start time.Ti
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.String("route", r.Pattern),
-		slog.Int("status", rec.status()),
+		slog.Int("status", rec.Status()),
 		slog.Duration("duration", time.Since(start)),
 	}
 	if id := r.PathValue("id"); id != "" {
@@ -188,36 +189,6 @@ func (rt *router) authenticate(r *http.Request) error {
 		return errUnauthorized
 	}
 	return rt.auth.Authenticate(r)
-}
-
-// statusRecorder remembers the status written through it. Unwrap lets
-// http.ResponseController reach the connection's Flush and deadlines.
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(p []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(p)
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (s *statusRecorder) status() int {
-	if s.code == 0 {
-		return http.StatusOK
-	}
-	return s.code
 }
 
 // routeErrorWriter turns the mux's plain-text 404 and 405 answers into the

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/sandbox"
@@ -122,10 +121,7 @@ type lineWriter struct {
 func (l *lineWriter) write(evs []store.Event) error {
 	if !l.started {
 		l.started = true
-		_ = l.rc.SetWriteDeadline(time.Time{}) // a follow may last hours
-		l.w.Header().Set("Content-Type", "application/x-ndjson")
-		l.w.Header().Set("X-Content-Type-Options", "nosniff")
-		l.w.WriteHeader(http.StatusOK)
+		startNDJSON(l.w, l.rc)
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -197,11 +197,7 @@ func (e *eventWriter) write(ev ExecEvent) error {
 	e.last = time.Now()
 	if !e.started {
 		e.started = true
-		// A command may run for hours; the server's write timeout must not cut it.
-		_ = e.rc.SetWriteDeadline(time.Time{})
-		e.w.Header().Set("Content-Type", "application/x-ndjson")
-		e.w.Header().Set("X-Content-Type-Options", "nosniff")
-		e.w.WriteHeader(http.StatusOK)
+		startNDJSON(e.w, e.rc) // a command may run for hours
 	}
 	line, err := json.Marshal(ev)
 	if err == nil {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentbox/agentbox/hostd/internal/httpstatus"
 	"github.com/agentbox/agentbox/hostd/recorder"
 )
 
@@ -28,8 +29,8 @@ func (s *server) startSpan(w http.ResponseWriter, r *http.Request) (*http.Reques
 
 // endRequest ends r's span and records an api event for a request that
 // acted on a sandbox (any method but GET and HEAD).
-func (s *server) endRequest(r *http.Request, rec *statusRecorder, start time.Time, span trace.Span) {
-	status := rec.status()
+func (s *server) endRequest(r *http.Request, rec *httpstatus.Recorder, start time.Time, span trace.Span) {
+	status := rec.Status()
 	if span != nil {
 		if r.Pattern != "" {
 			span.SetName(r.Pattern)

@@ -253,43 +253,37 @@ func Exists(name string) bool {
 }
 
 // inNewNamed creates a named namespace and runs fn on a locked OS thread
-// inside it, then puts the thread back into its original namespace. If that
-// fails the thread stays locked, so the runtime ends it with its goroutine.
+// inside it (see onThread).
 func inNewNamed(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := vnetns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
+	return onThread(func(orig vnetns.NsHandle) error {
 		ns, err := vnetns.NewNamed(name)
 		if err != nil {
 			// NewNamed may have switched the thread already.
-			if vnetns.Set(orig) == nil {
-				runtime.UnlockOSThread()
-			}
-			errc <- err
-			return
+			return errors.Join(err, vnetns.Set(orig))
 		}
-		ns.Close()
-		ferr := fn()
-		if err := vnetns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
-			return // the thread stays locked and dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+		return ns.Close()
+	}, fn)
 }
 
 // Do runs fn on a locked OS thread inside the named namespace (tests use it
-// to dial from inside). The same restore rule as inNewNamed applies.
+// to dial from inside; see onThread).
 func Do(name string, fn func() error) error {
+	return onThread(func(vnetns.NsHandle) error {
+		ns, err := vnetns.GetFromName(name)
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		return vnetns.Set(ns)
+	}, fn)
+}
+
+// onThread runs enter and then fn on a locked OS thread, and puts the
+// thread back into its original namespace (given to enter) afterwards. If
+// enter fails, fn does not run. If the thread cannot be put back, it stays
+// locked, so the runtime ends it with its goroutine and no other goroutine
+// runs in the wrong namespace.
+func onThread(enter func(orig vnetns.NsHandle) error, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -300,22 +294,13 @@ func Do(name string, fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		ns, err := vnetns.GetFromName(name)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
+		var ferr error
+		if ferr = enter(orig); ferr == nil {
+			ferr = fn()
 		}
-		defer ns.Close()
-		if err := vnetns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := fn()
 		if err := vnetns.Set(orig); err != nil {
 			errc <- errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
-			return
+			return // the thread stays locked and dies with this goroutine
 		}
 		runtime.UnlockOSThread()
 		errc <- ferr

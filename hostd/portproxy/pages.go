@@ -83,33 +83,3 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	p.fail(w, r, t, err)
 }
-
-// statusRecorder remembers the status written through it; Unwrap lets the
-// reverse proxy reach Flush and Hijack (WebSocket upgrades).
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (s *statusRecorder) status() int {
-	if s.code == 0 {
-		return http.StatusOK
-	}
-	return s.code
-}

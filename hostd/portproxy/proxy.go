@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/internal/httpstatus"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
@@ -132,11 +133,11 @@ type targetKey struct{}
 // serve answers one service-URL request.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 	start := time.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &httpstatus.Recorder{ResponseWriter: w}
 	defer func() {
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "service url request",
 			slog.String("sandbox_id", t.sandbox), slog.Int("port", t.port), slog.String("method", r.Method),
-			slog.Int("status", rec.status()), slog.Duration("duration", time.Since(start)))
+			slog.Int("status", rec.Status()), slog.Duration("duration", time.Since(start)))
 	}()
 	g, err := p.authorize(r, t)
 	if err != nil {

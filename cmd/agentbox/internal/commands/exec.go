@@ -152,10 +152,16 @@ func runExec(ctx context.Context, cmd *cli.Command, c *client.Client, id string,
 		}
 		return exitStatus(res.ExitCode, res.Signal)
 	}
+	return printOutput(cmd, func(emit func(client.Event) error) error { return c.ExecStream(ctx, id, req, emit) })
+}
+
+// printOutput writes the output events that stream emits to the CLI's
+// stdout and stderr and returns the command's exit as exitStatus does.
+func printOutput(cmd *cli.Command, stream func(emit func(client.Event) error) error) error {
 	out, errw := stdout(cmd), stderr(cmd)
 	var code int
 	var sig string
-	err := c.ExecStream(ctx, id, req, func(ev client.Event) error {
+	err := stream(func(ev client.Event) error {
 		var err error
 		switch ev.Type {
 		case client.ExecEventTypeStdout:

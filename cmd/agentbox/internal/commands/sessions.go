@@ -64,25 +64,7 @@ func attachCommand() *cli.Command {
 }
 
 func attach(ctx context.Context, cmd *cli.Command, c *client.Client, id, execID string, offset int64) error {
-	out, errw := stdout(cmd), stderr(cmd)
-	var code int
-	var sig string
-	err := c.Attach(ctx, id, execID, offset, func(ev client.Event) error {
-		var err error
-		switch ev.Type {
-		case client.ExecEventTypeStdout:
-			_, err = out.Write(ev.Data)
-		case client.ExecEventTypeStderr:
-			_, err = errw.Write(ev.Data)
-		case client.ExecEventTypeExit:
-			code, sig = ev.ExitStatus()
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return exitStatus(code, sig)
+	return printOutput(cmd, func(emit func(client.Event) error) error { return c.Attach(ctx, id, execID, offset, emit) })
 }
 
 func psCommand() *cli.Command {
