@@ -162,7 +162,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	if err == nil {
 		b.vm = vm
-		err = errors.Join(m.placed(b), m.wake(ctx, b, false))
+		err = m.wake(ctx, b, false)
 	}
 	if err != nil {
 		b.removeCgroup()

@@ -312,12 +312,3 @@ func diskUsed(dir string) int64 {
 	}
 	return n
 }
-
-// placed makes sure b's VMM process is in its cgroup, for backends that do
-// not call vmm.Config.Started (a repeated move is harmless).
-func (m *Manager) placed(b *box) error {
-	if b.cgroup == nil || b.vm == nil {
-		return nil
-	}
-	return b.cgroup.Add(b.vm.PID())
-}

@@ -334,9 +334,6 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 		return nil, err
 	}
 	b.vm = vm
-	if err := m.placed(b); err != nil {
-		m.log.Warn("vmm cgroup", "sandbox_id", b.id, "vm_pid", vm.PID(), "err", err)
-	}
 	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		b.removeCgroup()
 		return nil, err

@@ -144,9 +144,6 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 		return nil, err
 	}
 	b.vm = vm
-	if err := m.placed(b); err != nil {
-		m.log.Warn("vmm cgroup", "sandbox_id", b.id, "vm_pid", vm.PID(), "err", err)
-	}
 	if !wake {
 		return b, nil
 	}
