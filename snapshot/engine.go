@@ -302,6 +302,15 @@ func (e *Engine) Prepare(ctx context.Context, sn Record, overlay string) error {
 	return e.cfg.Own(overlay)
 }
 
+// Restore launches a VM of d from sn, paused (vmm.Driver.Restore), with
+// cfg, whose root disk should be an overlay that Prepare made.
+func (e *Engine) Restore(ctx context.Context, d vmm.Driver, cfg vmm.Config, sn Record) (vmm.VM, error) {
+	if d.Name() != e.cfg.Backend {
+		return nil, fmt.Errorf("%w: this engine keeps %s snapshots, not %s", vmm.ErrUnsupported, e.cfg.Backend, d.Name())
+	}
+	return d.Restore(ctx, cfg, sn.Dir)
+}
+
 // Get describes snapshot id with its users.
 func (e *Engine) Get(ctx context.Context, id string) (Info, error) {
 	sn, err := e.cfg.Store.GetSnapshot(ctx, id)

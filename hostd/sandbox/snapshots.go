@@ -138,7 +138,7 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	if err != nil {
 		return nil, err
 	}
-	vm, err := m.opts.Driver.Restore(ctx, cfg, sn.Dir)
+	vm, err := m.snaps.Restore(ctx, m.opts.Driver, cfg, sn)
 	if err != nil {
 		b.removeCgroup()
 		return nil, err
