@@ -145,7 +145,12 @@ func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 		vm.dropSession(sess)
 		return nil, fmt.Errorf("qemu: open stream: %w", err)
 	}
-	stop := context.AfterFunc(ctx, func() { st.Close() })
+	// A yamux stream's Close only half-closes it: the deadline is what
+	// wakes a Connect that waits for a guest that does not answer.
+	stop := context.AfterFunc(ctx, func() {
+		_ = st.SetDeadline(time.Now())
+		st.Close()
+	})
 	conn, err := channel.Connect(st, port)
 	if !stop() {
 		st.Close()
