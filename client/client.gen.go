@@ -1544,8 +1544,8 @@ type ClientInterface interface {
 	// GetArchive Download a directory as a tar stream.
 	//
 	// Entry names are relative to `path` (no leading `/`; directories end
-	// in `/`). Regular files and directories are included; symlinks and
-	// special files are skipped. Streamed: memory use does not grow with
+	// in `/`). Regular files, directories and symlinks (as links) are
+	// included; special files are skipped. Streamed: memory use does not grow with
 	// the tree. If reading fails after the response has started, the
 	// connection is aborted, so a client sees a failed transfer.
 	//
@@ -1557,11 +1557,15 @@ type ClientInterface interface {
 	// The body is a tar stream; gzip is detected by its magic bytes (or
 	// sent with `Content-Encoding: gzip`). `path` and missing parent
 	// directories are created with mode 0755, owned by root. Regular files
-	// and directories are unpacked (each file replaced atomically, with the
-	// entry's permission bits). An entry whose name is absolute, contains a
-	// `..` element, passes through a link, or is a symlink or hard link is
-	// refused with 400 `invalid_archive` naming the entry; entries before
-	// it stay written, nothing outside `path` is touched. Streamed: memory
+	// (each replaced atomically, with the entry's permission bits),
+	// directories and symlinks are unpacked; a hard link becomes a copy of
+	// its target. Refused with 400 `invalid_archive` naming the entry: a
+	// name that is absolute or contains a `..` element, an entry at or
+	// under a symlink that the archive made (so `a -> /etc` then
+	// `a/passwd` is refused at `a/passwd`), a hard link whose target is
+	// outside `path` or under such a symlink, a special file. Entries
+	// before it stay written; nothing outside `path` is touched (a
+	// symlink's target is only data). Streamed: memory
 	// use does not grow with the archive.
 	//
 	// Takes any type of body and a specified content type.
@@ -2286,8 +2290,8 @@ func (c *Raw) WriteFileWithBody(ctx context.Context, id SandboxID, params *Write
 // GetArchive Download a directory as a tar stream.
 //
 // Entry names are relative to `path` (no leading `/`; directories end
-// in `/`). Regular files and directories are included; symlinks and
-// special files are skipped. Streamed: memory use does not grow with
+// in `/`). Regular files, directories and symlinks (as links) are
+// included; special files are skipped. Streamed: memory use does not grow with
 // the tree. If reading fails after the response has started, the
 // connection is aborted, so a client sees a failed transfer.
 //
@@ -2309,11 +2313,15 @@ func (c *Raw) GetArchive(ctx context.Context, id SandboxID, params *GetArchivePa
 // The body is a tar stream; gzip is detected by its magic bytes (or
 // sent with `Content-Encoding: gzip`). `path` and missing parent
 // directories are created with mode 0755, owned by root. Regular files
-// and directories are unpacked (each file replaced atomically, with the
-// entry's permission bits). An entry whose name is absolute, contains a
-// `..` element, passes through a link, or is a symlink or hard link is
-// refused with 400 `invalid_archive` naming the entry; entries before
-// it stay written, nothing outside `path` is touched. Streamed: memory
+// (each replaced atomically, with the entry's permission bits),
+// directories and symlinks are unpacked; a hard link becomes a copy of
+// its target. Refused with 400 `invalid_archive` naming the entry: a
+// name that is absolute or contains a `..` element, an entry at or
+// under a symlink that the archive made (so `a -> /etc` then
+// `a/passwd` is refused at `a/passwd`), a hard link whose target is
+// outside `path` or under such a symlink, a special file. Entries
+// before it stay written; nothing outside `path` is touched (a
+// symlink's target is only data). Streamed: memory
 // use does not grow with the archive.
 //
 // Takes any type of body and a specified content type.
@@ -5315,8 +5323,8 @@ type ClientWithResponsesInterface interface {
 	// GetArchiveWithResponse Download a directory as a tar stream.
 	//
 	// Entry names are relative to `path` (no leading `/`; directories end
-	// in `/`). Regular files and directories are included; symlinks and
-	// special files are skipped. Streamed: memory use does not grow with
+	// in `/`). Regular files, directories and symlinks (as links) are
+	// included; special files are skipped. Streamed: memory use does not grow with
 	// the tree. If reading fails after the response has started, the
 	// connection is aborted, so a client sees a failed transfer.
 	//
@@ -5330,11 +5338,15 @@ type ClientWithResponsesInterface interface {
 	// The body is a tar stream; gzip is detected by its magic bytes (or
 	// sent with `Content-Encoding: gzip`). `path` and missing parent
 	// directories are created with mode 0755, owned by root. Regular files
-	// and directories are unpacked (each file replaced atomically, with the
-	// entry's permission bits). An entry whose name is absolute, contains a
-	// `..` element, passes through a link, or is a symlink or hard link is
-	// refused with 400 `invalid_archive` naming the entry; entries before
-	// it stay written, nothing outside `path` is touched. Streamed: memory
+	// (each replaced atomically, with the entry's permission bits),
+	// directories and symlinks are unpacked; a hard link becomes a copy of
+	// its target. Refused with 400 `invalid_archive` naming the entry: a
+	// name that is absolute or contains a `..` element, an entry at or
+	// under a symlink that the archive made (so `a -> /etc` then
+	// `a/passwd` is refused at `a/passwd`), a hard link whose target is
+	// outside `path` or under such a symlink, a special file. Entries
+	// before it stay written; nothing outside `path` is touched (a
+	// symlink's target is only data). Streamed: memory
 	// use does not grow with the archive.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -8041,8 +8053,8 @@ func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context,
 // GetArchiveWithResponse Download a directory as a tar stream.
 //
 // Entry names are relative to `path` (no leading `/`; directories end
-// in `/`). Regular files and directories are included; symlinks and
-// special files are skipped. Streamed: memory use does not grow with
+// in `/`). Regular files, directories and symlinks (as links) are
+// included; special files are skipped. Streamed: memory use does not grow with
 // the tree. If reading fails after the response has started, the
 // connection is aborted, so a client sees a failed transfer.
 //
@@ -8062,11 +8074,15 @@ func (c *ClientWithResponses) GetArchiveWithResponse(ctx context.Context, id San
 // The body is a tar stream; gzip is detected by its magic bytes (or
 // sent with `Content-Encoding: gzip`). `path` and missing parent
 // directories are created with mode 0755, owned by root. Regular files
-// and directories are unpacked (each file replaced atomically, with the
-// entry's permission bits). An entry whose name is absolute, contains a
-// `..` element, passes through a link, or is a symlink or hard link is
-// refused with 400 `invalid_archive` naming the entry; entries before
-// it stay written, nothing outside `path` is touched. Streamed: memory
+// (each replaced atomically, with the entry's permission bits),
+// directories and symlinks are unpacked; a hard link becomes a copy of
+// its target. Refused with 400 `invalid_archive` naming the entry: a
+// name that is absolute or contains a `..` element, an entry at or
+// under a symlink that the archive made (so `a -> /etc` then
+// `a/passwd` is refused at `a/passwd`), a hard link whose target is
+// outside `path` or under such a symlink, a special file. Entries
+// before it stay written; nothing outside `path` is touched (a
+// symlink's target is only data). Streamed: memory
 // use does not grow with the archive.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).

@@ -43,9 +43,11 @@ func TestFilesArchiveAndWatch(t *testing.T) {
 		tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o640, Size: int64(len(files[name]))})
 		tw.Write([]byte(files[name]))
 	}
+	tw.WriteHeader(&tar.Header{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "sub/b.py"})
+	tw.WriteHeader(&tar.Header{Name: "hard", Typeflag: tar.TypeLink, Linkname: "a.txt"})
 	tw.Close()
 	res, err := c.PutArchive(ctx, sb.ID, "/srv/proj", &up)
-	if err != nil || res.Entries != 3 || res.Bytes != int64(len(files["a.txt"])+len(files["sub/b.py"])+3<<20) {
+	if err != nil || res.Entries != 5 || res.Bytes != int64(len(files["a.txt"])+len(files["sub/b.py"])+3<<20) {
 		t.Fatalf("put archive: %+v, %v", res, err)
 	}
 	if out := mustExec(t, c, sb.ID, "python3", "/srv/proj/sub/b.py").Stdout; out != "42\n" {
@@ -62,22 +64,27 @@ func TestFilesArchiveAndWatch(t *testing.T) {
 		if err != nil {
 			break
 		}
+		if h.Typeflag == tar.TypeSymlink {
+			got[h.Name] = "-> " + h.Linkname
+		}
 		if h.Typeflag == tar.TypeReg {
 			var b bytes.Buffer
 			b.ReadFrom(tr)
 			got[h.Name] = b.String()
-			if h.Mode != 0o640 {
+			if h.Mode != 0o640 && h.Name != "hard" {
 				t.Errorf("%s: mode %o", h.Name, h.Mode)
 			}
 		}
 	}
+	files["link"], files["hard"] = "-> sub/b.py", "alpha" // the hard link came back as a copy
 	for name, want := range files {
 		if got[name] != want {
 			t.Errorf("round trip %s: %d bytes, want %d", name, len(got[name]), len(want))
 		}
 	}
 
-	// A hostile archive: a symlink to /etc, then a file through it.
+	// A hostile archive: a symlink to /etc (only a link, made inside the
+	// directory), then a file through it (refused), then a ".." entry.
 	var bad bytes.Buffer
 	tw = tar.NewWriter(&bad)
 	tw.WriteHeader(&tar.Header{Name: "ok.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2})
@@ -90,11 +97,14 @@ func TestFilesArchiveAndWatch(t *testing.T) {
 	tw.Close()
 	_, err = c.PutArchive(ctx, sb.ID, "/srv/hostile", &bad)
 	var ae *client.APIError
-	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_archive" || !strings.Contains(ae.Message, `"a"`) {
-		t.Errorf("hostile archive: %v, want 400 invalid_archive naming \"a\"", err)
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_archive" || !strings.Contains(ae.Message, `"a/agentbox-owned"`) {
+		t.Errorf("hostile archive: %v, want 400 invalid_archive naming \"a/agentbox-owned\"", err)
 	}
-	if out := mustExec(t, c, sb.ID, "sh", "-c", "ls /etc/agentbox-owned /srv/agentbox-escaped /srv/hostile/a 2>&1; true").Stdout; strings.Count(out, "No such file") != 3 {
+	if out := mustExec(t, c, sb.ID, "sh", "-c", "ls /etc/agentbox-owned /srv/agentbox-escaped 2>&1; true").Stdout; strings.Count(out, "No such file") != 2 {
 		t.Errorf("something landed outside the archive's directory: %s", out)
+	}
+	if out := mustExec(t, c, sb.ID, "readlink", "/srv/hostile/a").Stdout; out != "/etc\n" {
+		t.Errorf("the symlink (inside the directory) is %q", out)
 	}
 
 	checkWatch(t, c, sb.ID)

@@ -95,12 +95,13 @@ func TestArchiveGzip(t *testing.T) {
 
 func TestArchiveHostileEntry(t *testing.T) {
 	env := newTestEnv(t)
-	body := tarOf(t, nil, tar.Header{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "/etc"})
+	body := tarOf(t, nil, tar.Header{Name: "a", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
+		tar.Header{Name: "a/passwd", Typeflag: tar.TypeReg, Mode: 0o644})
 	resp := env.do(t, "PUT", "/v1/sandboxes/sb1/files/archive?path=/d", bytes.NewReader(body))
 	if resp.StatusCode != 400 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if e := errorOf(t, resp); e.Code != CodeInvalidArchive || !strings.Contains(e.Message, `"a"`) {
+	if e := errorOf(t, resp); e.Code != CodeInvalidArchive || !strings.Contains(e.Message, `"a/passwd"`) {
 		t.Errorf("error: %+v", e)
 	}
 	resp = env.do(t, "PUT", "/v1/sandboxes/sb1/files/archive?path=/d", bytes.NewReader(tarOf(t, map[string]string{"../x": "evil"})))

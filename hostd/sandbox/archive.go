@@ -17,7 +17,8 @@ import (
 
 // Archives and watches of guest directories, built on the guest's streamed
 // Files RPCs: tar is parsed and written on the host (internal/archive), so
-// the guest only ever sees single-file writes at checked paths.
+// the guest only ever sees single-path operations at checked paths (the
+// guest checks them again). Hard links in an archive become copies.
 
 // ErrBadArchive wraps the errors about an archive entry that is malformed
 // or would land outside its directory.
@@ -81,6 +82,39 @@ func (g guestTree) WriteFile(ctx context.Context, name string, mode fs.FileMode,
 	}
 	g.m.recordFile(ctx, g.id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
 	return nil
+}
+
+func (g guestTree) Symlink(ctx context.Context, name, target string) error {
+	p := g.path(name)
+	err := g.c.Symlink(ctx, target, p)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = g.c.Mkdir(ctx, path.Dir(p)); err == nil {
+			err = g.c.Symlink(ctx, target, p)
+		}
+	}
+	if err == nil {
+		g.m.recordFile(ctx, g.id, recorder.FileData{Op: "created", Path: p})
+	}
+	return err
+}
+
+// Link copies the file target (a hard link in the archive) to name: the
+// Files protocol has no hard links, and a copy is what a reader sees.
+func (g guestTree) Link(ctx context.Context, name, target string) error {
+	rc, _, err := g.c.Open(ctx, g.path(target))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	fi, err := g.c.Stat(ctx, g.path(target))
+	if err != nil {
+		return err
+	}
+	return g.WriteFile(ctx, name, fi.Mode.Perm(), rc)
+}
+
+func (g guestTree) Readlink(ctx context.Context, name string) (string, error) {
+	return g.c.Readlink(ctx, g.path(name))
 }
 
 func (g guestTree) List(ctx context.Context, name string) ([]archive.Entry, error) {

@@ -2,13 +2,20 @@
 // directions: Extract unpacks a tar (optionally gzip) stream through a Sink,
 // refusing any entry that could land outside the target directory, and
 // Write streams a tree that a Source lists as tar. Both stream: memory use
-// does not grow with the tree or the archive.
+// does not grow with the tree or the archive (beyond the names of the
+// symlinks an archive makes, at most MaxLinks).
 //
-// Only regular files and directories are carried. Extract refuses links
-// (symlink and hard link entries) and special files outright, so no later
-// entry can pass through a link that the archive made; the entry names are
-// checked lexically with filepath.IsLocal (stdlib). Write skips links and
-// special files.
+// Regular files, directories, symbolic links and hard links are carried;
+// special files are refused (Extract) or skipped (Write). The rules that
+// keep Extract inside its directory (hand-rolled, on top of the stdlib's
+// lexical filepath.IsLocal):
+//
+//   - an entry's name must be relative without ".." elements;
+//   - no entry may be written at or through a symlink that the archive
+//     made, so "a -> /etc" followed by "a/passwd" is refused at a/passwd
+//     (a symlink's target is only data and may point anywhere);
+//   - a hard link's target must be a local name that does not pass
+//     through such a symlink either.
 package archive
 
 import (
@@ -36,7 +43,9 @@ const (
 	MaxEntries = 1 << 20
 	// MaxDepth caps how deep Write descends.
 	MaxDepth = 256
-	// maxName caps an entry's name.
+	// MaxLinks caps the symlinks of one archive that Extract remembers.
+	MaxLinks = 1 << 16
+	// maxName caps an entry's name and a link's target.
 	maxName = 4096
 )
 
@@ -54,6 +63,11 @@ type Sink interface {
 	// WriteFile creates or replaces file name (and its missing parents)
 	// with r's bytes and permission bits mode.
 	WriteFile(ctx context.Context, name string, mode fs.FileMode, r io.Reader) error
+	// Symlink creates name as a symbolic link to target (not checked: it
+	// is never followed by Extract), replacing a file or link.
+	Symlink(ctx context.Context, name, target string) error
+	// Link makes name a hard link to (or a copy of) the file target.
+	Link(ctx context.Context, name, target string) error
 }
 
 // Decompress returns r, gunzipped if it starts with gzip's magic bytes.
@@ -108,6 +122,7 @@ func Extract(ctx context.Context, r io.Reader, sink Sink) (Result, error) {
 		return res, err
 	}
 	tr := tar.NewReader(r)
+	x := &extractor{sink: sink, links: map[string]bool{}}
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -122,7 +137,7 @@ func Extract(ctx context.Context, r io.Reader, sink Sink) (Result, error) {
 		if res.Entries >= MaxEntries {
 			return res, fmt.Errorf("%w: more than %d entries", ErrInvalid, MaxEntries)
 		}
-		n, err := extractOne(ctx, tr, hdr, sink)
+		n, err := x.one(ctx, tr, hdr)
 		if err != nil {
 			return res, err
 		}
@@ -133,9 +148,32 @@ func Extract(ctx context.Context, r io.Reader, sink Sink) (Result, error) {
 	}
 }
 
-// extractOne unpacks one entry and returns its content's size (-1: the
-// entry was metadata, not counted).
-func extractOne(ctx context.Context, tr *tar.Reader, hdr *tar.Header, sink Sink) (int64, error) {
+// extractor remembers the symlinks an archive made, so no later entry goes
+// through one.
+type extractor struct {
+	sink  Sink
+	links map[string]bool
+}
+
+// throughLink returns the symlink this archive made that name is at or
+// under ("" if none).
+func (x *extractor) throughLink(name string) string {
+	if len(x.links) == 0 || name == "." {
+		return ""
+	}
+	for i := 0; i <= len(name); i++ {
+		if i == len(name) || name[i] == '/' {
+			if x.links[name[:i]] {
+				return name[:i]
+			}
+		}
+	}
+	return ""
+}
+
+// one unpacks one entry and returns its content's size (-1: the entry was
+// metadata, not counted).
+func (x *extractor) one(ctx context.Context, tr *tar.Reader, hdr *tar.Header) (int64, error) {
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return -1, nil
 	}
@@ -143,25 +181,43 @@ func extractOne(ctx context.Context, tr *tar.Reader, hdr *tar.Header, sink Sink)
 	if err != nil {
 		return 0, err
 	}
+	if l := x.throughLink(name); l != "" {
+		return 0, fmt.Errorf("%w: entry %q: goes through symlink %q made by the archive", ErrInvalid, hdr.Name, l)
+	}
+	if name == "." && hdr.Typeflag != tar.TypeDir {
+		return 0, fmt.Errorf("%w: entry %q: only a directory can be the target directory", ErrInvalid, hdr.Name)
+	}
+	wrap := func(err error) error {
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		return nil
+	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		if err := sink.Mkdir(ctx, name); err != nil {
-			return 0, fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		return 0, nil
+		return 0, wrap(x.sink.Mkdir(ctx, name))
 	case tar.TypeReg, tar.TypeRegA:
-		if name == "." {
-			return 0, fmt.Errorf("%w: entry %q: a file cannot be the target directory", ErrInvalid, hdr.Name)
-		}
 		cr := &countReader{r: tr}
-		if err := sink.WriteFile(ctx, name, fs.FileMode(hdr.Mode)&fs.ModePerm, cr); err != nil {
-			return 0, fmt.Errorf("entry %q: %w", hdr.Name, err)
-		}
-		return cr.n, nil
+		err := x.sink.WriteFile(ctx, name, fs.FileMode(hdr.Mode)&fs.ModePerm, cr)
+		return cr.n, wrap(err)
 	case tar.TypeSymlink:
-		return 0, fmt.Errorf("%w: entry %q: symlinks are not supported (-> %q)", ErrInvalid, hdr.Name, hdr.Linkname)
+		if hdr.Linkname == "" || len(hdr.Linkname) > maxName || strings.ContainsRune(hdr.Linkname, 0) {
+			return 0, fmt.Errorf("%w: entry %q: bad symlink target", ErrInvalid, hdr.Name)
+		}
+		if len(x.links) >= MaxLinks {
+			return 0, fmt.Errorf("%w: entry %q: more than %d symlinks", ErrInvalid, hdr.Name, MaxLinks)
+		}
+		x.links[name] = true // before creating it: a failure half way must not open a path
+		return 0, wrap(x.sink.Symlink(ctx, name, hdr.Linkname))
 	case tar.TypeLink:
-		return 0, fmt.Errorf("%w: entry %q: hard links are not supported (-> %q)", ErrInvalid, hdr.Name, hdr.Linkname)
+		target, err := CheckName(hdr.Linkname)
+		if err != nil || target == "." {
+			return 0, fmt.Errorf("%w: entry %q: hard link to %q outside the directory", ErrInvalid, hdr.Name, hdr.Linkname)
+		}
+		if l := x.throughLink(target); l != "" {
+			return 0, fmt.Errorf("%w: entry %q: hard link target %q goes through symlink %q", ErrInvalid, hdr.Name, hdr.Linkname, l)
+		}
+		return 0, wrap(x.sink.Link(ctx, name, target))
 	}
 	return 0, fmt.Errorf("%w: entry %q: unsupported type %q", ErrInvalid, hdr.Name, hdr.Typeflag)
 }
@@ -190,11 +246,12 @@ type Entry struct {
 type Source interface {
 	List(ctx context.Context, name string) ([]Entry, error)
 	Open(ctx context.Context, name string) (io.ReadCloser, error)
+	Readlink(ctx context.Context, name string) (string, error)
 }
 
 // Write streams the tree of src as tar to w: directories (with a trailing
-// "/") and regular files, names relative to the root. Links and special
-// files are skipped. The entries a Source lists are not trusted: bad names
+// "/"), regular files and symlinks, names relative to the root (hard links
+// are written as files). Special files are skipped. The entries a Source lists are not trusted: bad names
 // are refused (ErrInvalid), and a file is cut or fails at its listed size.
 func Write(ctx context.Context, w io.Writer, src Source) error {
 	tw := tar.NewWriter(w)
@@ -242,20 +299,40 @@ func (wr *treeWriter) dir(ctx context.Context, name string, depth int) error {
 			if err := wr.file(ctx, child, e); err != nil {
 				return err
 			}
+		case e.Mode&fs.ModeSymlink != 0:
+			if err := wr.symlink(ctx, child, e); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (wr *treeWriter) header(name string, typ byte, e Entry, size int64) error {
-	return wr.tw.WriteHeader(&tar.Header{
+func (wr *treeWriter) symlink(ctx context.Context, name string, e Entry) error {
+	target, err := wr.src.Readlink(ctx, name)
+	if err != nil {
+		return err
+	}
+	if target == "" || len(target) > maxName || strings.ContainsRune(target, 0) {
+		return fmt.Errorf("%w: %q: bad symlink target", ErrInvalid, name)
+	}
+	return wr.header(name, tar.TypeSymlink, e, 0, target)
+}
+
+func (wr *treeWriter) header(name string, typ byte, e Entry, size int64, link ...string) error {
+	h := &tar.Header{
 		Typeflag: typ,
 		Name:     name,
 		Size:     size,
 		Mode:     int64(e.Mode.Perm()),
 		ModTime:  e.ModTime,
 		Format:   tar.FormatPAX,
-	})
+	}
+	if len(link) > 0 {
+		h.Linkname = link[0]
+		h.Mode = 0o777
+	}
+	return wr.tw.WriteHeader(h)
 }
 
 func (wr *treeWriter) file(ctx context.Context, name string, e Entry) error {

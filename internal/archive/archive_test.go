@@ -82,9 +82,14 @@ func TestExtractRefusesHostileEntries(t *testing.T) {
 		{"dotdot", []entry{{name: "ok.txt", body: "fine", typ: tar.TypeReg}, {name: "../x", body: "evil", typ: tar.TypeReg}}, "../x"},
 		{"nested dotdot", []entry{{name: "a/../../x", body: "evil", typ: tar.TypeReg}}, "a/../../x"},
 		{"absolute", []entry{{name: "/abs", body: "evil", typ: tar.TypeReg}}, "/abs"},
-		{"symlink then through it", []entry{{name: "a", link: "/etc", typ: tar.TypeSymlink}, {name: "a/passwd", body: "evil", typ: tar.TypeReg}}, "a"},
-		{"relative symlink out", []entry{{name: "up", link: "../..", typ: tar.TypeSymlink}}, "up"},
+		{"symlink then through it", []entry{{name: "a", link: "/etc", typ: tar.TypeSymlink}, {name: "a/passwd", body: "evil", typ: tar.TypeReg}}, "a/passwd"},
+		{"relative symlink out then through it", []entry{{name: "up", link: "../..", typ: tar.TypeSymlink}, {name: "up/x", body: "evil", typ: tar.TypeReg}}, "up/x"},
+		{"dir through a symlink", []entry{{name: "d", link: "..", typ: tar.TypeSymlink}, {name: "d/sub/", typ: tar.TypeDir}}, "d/sub/"},
+		{"symlink over a symlink's child", []entry{{name: "d", link: "/", typ: tar.TypeSymlink}, {name: "d/etc", link: "/tmp", typ: tar.TypeSymlink}}, "d/etc"},
+		{"file replacing a symlink", []entry{{name: "l", link: "../outside.txt", typ: tar.TypeSymlink}, {name: "l", body: "evil", typ: tar.TypeReg}}, "l"},
 		{"hard link outside", []entry{{name: "h", link: "../outside.txt", typ: tar.TypeLink}}, "h"},
+		{"hard link absolute", []entry{{name: "h", link: "/etc/passwd", typ: tar.TypeLink}}, "h"},
+		{"hard link through a symlink", []entry{{name: "e", link: "/etc", typ: tar.TypeSymlink}, {name: "h", link: "e/passwd", typ: tar.TypeLink}}, "h"},
 		{"device", []entry{{name: "dev", typ: tar.TypeChar}}, "dev"},
 	}
 	for _, tc := range cases {
@@ -128,7 +133,8 @@ func TestRoundTripGzip(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "top.txt"), []byte("top"), 0o600)
 	os.WriteFile(filepath.Join(src, "a", "b", "deep.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
 	os.Mkdir(filepath.Join(src, "empty"), 0o755)
-	os.Symlink("top.txt", filepath.Join(src, "link")) // skipped
+	os.Symlink("top.txt", filepath.Join(src, "link"))
+	os.Symlink("/etc/hostname", filepath.Join(src, "abs")) // only data: carried as is
 	sroot, err := os.OpenRoot(src)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +152,7 @@ func TestRoundTripGzip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Entries != 5 || res.Bytes != int64(len("top")+len("#!/bin/sh\necho hi\n")) {
+	if res.Entries != 7 || res.Bytes != int64(len("top")+len("#!/bin/sh\necho hi\n")) {
 		t.Errorf("result = %+v", res)
 	}
 	for name, want := range map[string]string{"top.txt": "top", "a/b/deep.sh": "#!/bin/sh\necho hi\n"} {
@@ -160,8 +166,10 @@ func TestRoundTripGzip(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "empty")); err != nil || !fi.IsDir() {
 		t.Errorf("empty dir: %v", err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, "link")); !os.IsNotExist(err) {
-		t.Errorf("link was carried: %v", err)
+	for name, want := range map[string]string{"link": "top.txt", "abs": "/etc/hostname"} {
+		if got, err := os.Readlink(filepath.Join(dir, name)); err != nil || got != want {
+			t.Errorf("symlink %s -> %q, %v; want %q", name, got, err, want)
+		}
 	}
 }
 
@@ -186,5 +194,16 @@ func TestWriteNamesAreRelative(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "d/,d/f" {
 		t.Errorf("names = %v", names)
+	}
+}
+
+func TestExtractHardLinkInside(t *testing.T) {
+	_, dir, root := sandboxDirs(t)
+	body := mkTar(t, entry{name: "f", body: "data", typ: tar.TypeReg}, entry{name: "sub/h", link: "f", typ: tar.TypeLink})
+	if _, err := archive.Extract(context.Background(), bytes.NewReader(body), archive.DirSink{Root: root}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "sub", "h")); err != nil || string(b) != "data" {
+		t.Errorf("sub/h = %q, %v", b, err)
 	}
 }

@@ -23,10 +23,8 @@ func (d DirSink) WriteFile(_ context.Context, name string, mode fs.FileMode, r i
 	if mode == 0 {
 		mode = 0o644
 	}
-	if dir := path.Dir(name); dir != "." {
-		if err := d.Root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
+	if err := d.parents(name); err != nil {
+		return err
 	}
 	f, err := d.Root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
@@ -38,6 +36,39 @@ func (d DirSink) WriteFile(_ context.Context, name string, mode fs.FileMode, r i
 		err = d.Root.Chmod(name, mode)
 	}
 	return err
+}
+
+// Symlink replaces name with a symbolic link to target.
+func (d DirSink) Symlink(_ context.Context, name, target string) error {
+	if err := d.parents(name); err != nil {
+		return err
+	}
+	if fi, err := d.Root.Lstat(name); err == nil && !fi.IsDir() {
+		if err := d.Root.Remove(name); err != nil {
+			return err
+		}
+	}
+	return d.Root.Symlink(target, name)
+}
+
+// Link makes name a hard link to target.
+func (d DirSink) Link(_ context.Context, name, target string) error {
+	if err := d.parents(name); err != nil {
+		return err
+	}
+	if fi, err := d.Root.Lstat(name); err == nil && !fi.IsDir() {
+		if err := d.Root.Remove(name); err != nil {
+			return err
+		}
+	}
+	return d.Root.Link(target, name)
+}
+
+func (d DirSink) parents(name string) error {
+	if dir := path.Dir(name); dir != "." {
+		return d.Root.MkdirAll(dir, 0o755)
+	}
+	return nil
 }
 
 // DirSource archives a local directory through an os.Root.
@@ -68,4 +99,9 @@ func (d DirSource) List(_ context.Context, name string) ([]Entry, error) {
 // Open opens file name.
 func (d DirSource) Open(_ context.Context, name string) (io.ReadCloser, error) {
 	return d.Root.Open(name)
+}
+
+// Readlink returns the target of symlink name.
+func (d DirSource) Readlink(_ context.Context, name string) (string, error) {
+	return d.Root.Readlink(name)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"strings"
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/internal/archive"
@@ -31,6 +32,25 @@ func (t fakeTree) Mkdir(ctx context.Context, name string) error {
 
 func (t fakeTree) WriteFile(ctx context.Context, name string, mode fs.FileMode, r io.Reader) error {
 	return t.f.WriteFile(ctx, t.id, path.Join(t.dir, name), mode, r)
+}
+
+// Symlink stores a link as a file whose mode says symlink and whose data is
+// the target.
+func (t fakeTree) Symlink(ctx context.Context, name, target string) error {
+	return t.f.WriteFile(ctx, t.id, path.Join(t.dir, name), fs.ModeSymlink|0o777, strings.NewReader(target))
+}
+
+func (t fakeTree) Link(ctx context.Context, name, target string) error {
+	ff, err := t.f.file(t.id, path.Join(t.dir, target))
+	if err != nil {
+		return err
+	}
+	return t.f.WriteFile(ctx, t.id, path.Join(t.dir, name), ff.Mode, bytes.NewReader(ff.Data))
+}
+
+func (t fakeTree) Readlink(ctx context.Context, name string) (string, error) {
+	ff, err := t.f.file(t.id, path.Join(t.dir, name))
+	return string(ff.Data), err
 }
 
 func (t fakeTree) List(ctx context.Context, name string) ([]archive.Entry, error) {
