@@ -108,6 +108,46 @@ func TestFilesArchiveAndWatch(t *testing.T) {
 	}
 
 	checkWatch(t, c, sb.ID)
+	checkWatchEndsOnDelete(t, c, sb.ID)
+}
+
+// checkWatchEndsOnDelete: a watch that is streaming ends cleanly when its
+// sandbox is deleted.
+func checkWatchEndsOnDelete(t *testing.T, c *client.Client, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	seen := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Watch(ctx, id, "/srv/w", false, func(client.WatchEvent) error {
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	// An event proves the stream is open before the delete.
+	for i := 0; ; i++ {
+		if i == 12 {
+			t.Fatal("watch saw no event")
+		}
+		mustExec(t, c, id, "touch", "/srv/w/t"+itoa(i))
+		select {
+		case <-seen:
+		case err := <-done:
+			t.Fatalf("watch ended early: %v", err)
+		case <-time.After(5 * time.Second):
+			continue
+		}
+		break
+	}
+	if err := c.DeleteSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("watch after delete: %v, want a clean end", err)
+	}
 }
 
 func checkWatch(t *testing.T, c *client.Client, id string) {

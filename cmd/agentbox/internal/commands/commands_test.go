@@ -365,3 +365,20 @@ func TestCpRecursive(t *testing.T) {
 		t.Errorf("downloaded: %q %v", b, err)
 	}
 }
+
+func TestWatch(t *testing.T) {
+	env := newCLIEnv(t)
+	id := env.create(t)
+	env.m.Mkdir(context.Background(), id, "/w")
+	env.m.SetWatch(sandbox.WatchEvent{Type: "rename", Path: "/w/b", OldPath: "/w/a", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
+	// The watch runs until interrupted; the deadline stands for Ctrl-C.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	got := env.run(t, ctx, "", "watch", id, "/w")
+	if !strings.Contains(got.stdout, "rename /w/b (from /w/a)") {
+		t.Errorf("watch printed %q", got.stdout)
+	}
+	if got := env.run(t, context.Background(), "", "watch", id); got.code != 2 {
+		t.Errorf("watch without a directory: code %d, want 2", got.code)
+	}
+}
