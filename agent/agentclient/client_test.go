@@ -266,3 +266,28 @@ func TestFilesFailedWriteKeepsOldFile(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("source broke") }
+
+func TestFilesSymlink(t *testing.T) {
+	c := newPair(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "l")
+	if err := os.WriteFile(p, []byte("file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Symlink(ctx, "/etc/hostname", p); err != nil {
+		t.Fatalf("symlink over a file: %v", err)
+	}
+	if got, err := c.Readlink(ctx, p); err != nil || got != "/etc/hostname" {
+		t.Errorf("readlink: %q, %v", got, err)
+	}
+	if err := c.Symlink(ctx, "x", dir); !errors.Is(err, syscall.EISDIR) {
+		t.Errorf("symlink over a directory: %v, want EISDIR", err)
+	}
+	if err := c.Symlink(ctx, "x", "relative"); !errors.Is(err, agentclient.ErrInvalid) {
+		t.Errorf("relative path: %v, want ErrInvalid", err)
+	}
+	if _, err := c.Readlink(ctx, filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("readlink missing: %v", err)
+	}
+}

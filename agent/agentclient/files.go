@@ -148,3 +148,20 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	_, err := c.files.Rename(ctx, &agentv1.RenameRequest{From: from, To: to})
 	return fromStatus(err)
 }
+
+// Symlink creates guest path as a symbolic link to target, replacing a
+// file or link there.
+func (c *Client) Symlink(ctx context.Context, target, path string) error {
+	_, err := c.files.Symlink(ctx, &agentv1.SymlinkRequest{Target: target, Path: path})
+	return fromStatus(err)
+}
+
+// Readlink returns a guest symbolic link's target (untrusted: the caller
+// bounds what it does with it).
+func (c *Client) Readlink(ctx context.Context, path string) (string, error) {
+	r, err := c.files.Readlink(ctx, &agentv1.PathRequest{Path: path})
+	if err != nil {
+		return "", fromStatus(err)
+	}
+	return r.Target, nil
+}

@@ -9,12 +9,13 @@ import (
 	"syscall"
 
 	"github.com/agentbox/agentbox/cmd/agentbox/internal/commands"
+	agentmcp "github.com/agentbox/agentbox/cmd/agentbox/internal/mcp"
 	"github.com/agentbox/agentbox/cmd/agentbox/internal/serve"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := commands.Run(ctx, os.Args, commands.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, serve.Command())
+	code := commands.Run(ctx, os.Args, commands.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, serve.Command(), agentmcp.Command())
 	stop()
 	os.Exit(code)
 }

@@ -344,3 +344,43 @@ func infoOf(p string, fi fs.FileInfo) *agentv1.FileInfo {
 		IsDir:           fi.IsDir(),
 	}
 }
+
+// maxLinkTarget bounds a symbolic link's target (Linux's PATH_MAX).
+const maxLinkTarget = 4096
+
+// Symlink creates a symbolic link, replacing a file or link at its path
+// (never a directory).
+func (f *Files) Symlink(ctx context.Context, req *agentv1.SymlinkRequest) (*agentv1.Empty, error) {
+	p, err := cleanPath(req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.Target == "" || len(req.Target) > maxLinkTarget || strings.ContainsRune(req.Target, 0) {
+		return nil, toStatus(fmt.Errorf("%w: bad link target", errBadArgs))
+	}
+	if fi, err := os.Lstat(p); err == nil {
+		if fi.IsDir() {
+			return nil, toStatus(&fs.PathError{Op: "symlink", Path: p, Err: errIsDir})
+		}
+		if err := os.Remove(p); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	if err := os.Symlink(req.Target, p); err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentv1.Empty{}, nil
+}
+
+// Readlink returns a symbolic link's target.
+func (f *Files) Readlink(ctx context.Context, req *agentv1.PathRequest) (*agentv1.ReadlinkResponse, error) {
+	p, err := cleanPath(req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	t, err := os.Readlink(p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentv1.ReadlinkResponse{Target: t}, nil
+}

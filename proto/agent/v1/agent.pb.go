@@ -1761,6 +1761,102 @@ func (x *RenameRequest) GetTo() string {
 	return ""
 }
 
+type SymlinkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SymlinkRequest) Reset() {
+	*x = SymlinkRequest{}
+	mi := &file_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SymlinkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SymlinkRequest) ProtoMessage() {}
+
+func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SymlinkRequest.ProtoReflect.Descriptor instead.
+func (*SymlinkRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SymlinkRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *SymlinkRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ReadlinkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadlinkResponse) Reset() {
+	*x = ReadlinkResponse{}
+	mi := &file_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadlinkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadlinkResponse) ProtoMessage() {}
+
+func (x *ReadlinkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadlinkResponse.ProtoReflect.Descriptor instead.
+func (*ReadlinkResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReadlinkResponse) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
 type HealthResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
@@ -1773,7 +1869,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1881,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1894,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HealthResponse) GetHostname() string {
@@ -1838,7 +1934,7 @@ type SetTimeRequest struct {
 
 func (x *SetTimeRequest) Reset() {
 	*x = SetTimeRequest{}
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1946,7 @@ func (x *SetTimeRequest) String() string {
 func (*SetTimeRequest) ProtoMessage() {}
 
 func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1959,7 @@ func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetTimeRequest) GetUnixNano() int64 {
@@ -1882,7 +1978,7 @@ type ReseedRequest struct {
 
 func (x *ReseedRequest) Reset() {
 	*x = ReseedRequest{}
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +1990,7 @@ func (x *ReseedRequest) String() string {
 func (*ReseedRequest) ProtoMessage() {}
 
 func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2003,7 @@ func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReseedRequest.ProtoReflect.Descriptor instead.
 func (*ReseedRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReseedRequest) GetEntropy() []byte {
@@ -1928,7 +2024,7 @@ type SetIdentityRequest struct {
 
 func (x *SetIdentityRequest) Reset() {
 	*x = SetIdentityRequest{}
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2036,7 @@ func (x *SetIdentityRequest) String() string {
 func (*SetIdentityRequest) ProtoMessage() {}
 
 func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2049,7 @@ func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetIdentityRequest.ProtoReflect.Descriptor instead.
 func (*SetIdentityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetIdentityRequest) GetHostname() string {
@@ -1981,7 +2077,7 @@ type NextEventsRequest struct {
 
 func (x *NextEventsRequest) Reset() {
 	*x = NextEventsRequest{}
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2089,7 @@ func (x *NextEventsRequest) String() string {
 func (*NextEventsRequest) ProtoMessage() {}
 
 func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2102,7 @@ func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextEventsRequest.ProtoReflect.Descriptor instead.
 func (*NextEventsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NextEventsRequest) GetAfter() uint64 {
@@ -2045,7 +2141,7 @@ type NextEventsResponse struct {
 
 func (x *NextEventsResponse) Reset() {
 	*x = NextEventsResponse{}
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2153,7 @@ func (x *NextEventsResponse) String() string {
 func (*NextEventsResponse) ProtoMessage() {}
 
 func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2166,7 @@ func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextEventsResponse.ProtoReflect.Descriptor instead.
 func (*NextEventsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NextEventsResponse) GetEvents() []*GuestEvent {
@@ -2119,7 +2215,7 @@ type GuestEvent struct {
 
 func (x *GuestEvent) Reset() {
 	*x = GuestEvent{}
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2227,7 @@ func (x *GuestEvent) String() string {
 func (*GuestEvent) ProtoMessage() {}
 
 func (x *GuestEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2240,7 @@ func (x *GuestEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestEvent.ProtoReflect.Descriptor instead.
 func (*GuestEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{34}
+	return file_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GuestEvent) GetSeq() uint64 {
@@ -2233,7 +2329,7 @@ type FileEvent struct {
 
 func (x *FileEvent) Reset() {
 	*x = FileEvent{}
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2341,7 @@ func (x *FileEvent) String() string {
 func (*FileEvent) ProtoMessage() {}
 
 func (x *FileEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2354,7 @@ func (x *FileEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEvent.ProtoReflect.Descriptor instead.
 func (*FileEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{35}
+	return file_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FileEvent) GetOp() string {
@@ -2321,7 +2417,7 @@ type PackageEvent struct {
 
 func (x *PackageEvent) Reset() {
 	*x = PackageEvent{}
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2429,7 @@ func (x *PackageEvent) String() string {
 func (*PackageEvent) ProtoMessage() {}
 
 func (x *PackageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2442,7 @@ func (x *PackageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackageEvent.ProtoReflect.Descriptor instead.
 func (*PackageEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{36}
+	return file_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PackageEvent) GetManager() string {
@@ -2511,7 +2607,12 @@ const file_agent_proto_rawDesc = "" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\"3\n" +
 	"\rRenameRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\tR\x02to\"\x87\x01\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"<\n" +
+	"\x0eSymlinkRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"*\n" +
+	"\x10ReadlinkResponse\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\"\x87\x01\n" +
 	"\x0eHealthResponse\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12\x1b\n" +
@@ -2573,7 +2674,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Signal\x12 .agentbox.agent.v1.SignalRequest\x1a\x18.agentbox.agent.v1.Empty\x12I\n" +
 	"\x04List\x12\x18.agentbox.agent.v1.Empty\x1a'.agentbox.agent.v1.ListSessionsResponse\x12D\n" +
 	"\x06Resize\x12 .agentbox.agent.v1.ResizeRequest\x1a\x18.agentbox.agent.v1.Empty\x12O\n" +
-	"\aSummary\x12!.agentbox.agent.v1.SummaryRequest\x1a!.agentbox.agent.v1.SessionSummary2\xb5\x06\n" +
+	"\aSummary\x12!.agentbox.agent.v1.SummaryRequest\x1a!.agentbox.agent.v1.SessionSummary2\xce\a\n" +
 	"\x05Files\x12G\n" +
 	"\x04Open\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.OpenResponse\x12V\n" +
 	"\tReadChunk\x12#.agentbox.agent.v1.ReadChunkRequest\x1a$.agentbox.agent.v1.ReadChunkResponse\x12K\n" +
@@ -2586,7 +2687,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x04List\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.ListResponse\x12B\n" +
 	"\x05Mkdir\x12\x1f.agentbox.agent.v1.MkdirRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Remove\x12 .agentbox.agent.v1.RemoveRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
-	"\x06Rename\x12 .agentbox.agent.v1.RenameRequest\x1a\x18.agentbox.agent.v1.Empty2\xa7\x03\n" +
+	"\x06Rename\x12 .agentbox.agent.v1.RenameRequest\x1a\x18.agentbox.agent.v1.Empty\x12F\n" +
+	"\aSymlink\x12!.agentbox.agent.v1.SymlinkRequest\x1a\x18.agentbox.agent.v1.Empty\x12O\n" +
+	"\bReadlink\x12\x1e.agentbox.agent.v1.PathRequest\x1a#.agentbox.agent.v1.ReadlinkResponse2\xa7\x03\n" +
 	"\x06System\x12E\n" +
 	"\x06Health\x12\x18.agentbox.agent.v1.Empty\x1a!.agentbox.agent.v1.HealthResponse\x12F\n" +
 	"\aSetTime\x12!.agentbox.agent.v1.SetTimeRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
@@ -2610,7 +2713,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -2641,19 +2744,21 @@ var file_agent_proto_goTypes = []any{
 	(*MkdirRequest)(nil),         // 26: agentbox.agent.v1.MkdirRequest
 	(*RemoveRequest)(nil),        // 27: agentbox.agent.v1.RemoveRequest
 	(*RenameRequest)(nil),        // 28: agentbox.agent.v1.RenameRequest
-	(*HealthResponse)(nil),       // 29: agentbox.agent.v1.HealthResponse
-	(*SetTimeRequest)(nil),       // 30: agentbox.agent.v1.SetTimeRequest
-	(*ReseedRequest)(nil),        // 31: agentbox.agent.v1.ReseedRequest
-	(*SetIdentityRequest)(nil),   // 32: agentbox.agent.v1.SetIdentityRequest
-	(*NextEventsRequest)(nil),    // 33: agentbox.agent.v1.NextEventsRequest
-	(*NextEventsResponse)(nil),   // 34: agentbox.agent.v1.NextEventsResponse
-	(*GuestEvent)(nil),           // 35: agentbox.agent.v1.GuestEvent
-	(*FileEvent)(nil),            // 36: agentbox.agent.v1.FileEvent
-	(*PackageEvent)(nil),         // 37: agentbox.agent.v1.PackageEvent
-	nil,                          // 38: agentbox.agent.v1.StartRequest.EnvEntry
+	(*SymlinkRequest)(nil),       // 29: agentbox.agent.v1.SymlinkRequest
+	(*ReadlinkResponse)(nil),     // 30: agentbox.agent.v1.ReadlinkResponse
+	(*HealthResponse)(nil),       // 31: agentbox.agent.v1.HealthResponse
+	(*SetTimeRequest)(nil),       // 32: agentbox.agent.v1.SetTimeRequest
+	(*ReseedRequest)(nil),        // 33: agentbox.agent.v1.ReseedRequest
+	(*SetIdentityRequest)(nil),   // 34: agentbox.agent.v1.SetIdentityRequest
+	(*NextEventsRequest)(nil),    // 35: agentbox.agent.v1.NextEventsRequest
+	(*NextEventsResponse)(nil),   // 36: agentbox.agent.v1.NextEventsResponse
+	(*GuestEvent)(nil),           // 37: agentbox.agent.v1.GuestEvent
+	(*FileEvent)(nil),            // 38: agentbox.agent.v1.FileEvent
+	(*PackageEvent)(nil),         // 39: agentbox.agent.v1.PackageEvent
+	nil,                          // 40: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	38, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	40, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
 	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
 	12, // 3: agentbox.agent.v1.SessionSummary.stdout:type_name -> agentbox.agent.v1.StreamSummary
@@ -2661,9 +2766,9 @@ var file_agent_proto_depIdxs = []int32{
 	10, // 5: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
 	24, // 6: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
 	24, // 7: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
-	35, // 8: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
-	36, // 9: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
-	37, // 10: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
+	37, // 8: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
+	38, // 9: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
+	39, // 10: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
 	3,  // 11: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
 	5,  // 12: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
 	8,  // 13: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
@@ -2682,40 +2787,44 @@ var file_agent_proto_depIdxs = []int32{
 	26, // 26: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
 	27, // 27: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
 	28, // 28: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	1,  // 29: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	30, // 30: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	31, // 31: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	32, // 32: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 33: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 34: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	33, // 35: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
-	4,  // 36: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 37: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 38: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 39: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	15, // 40: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	1,  // 41: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
-	13, // 42: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
-	17, // 43: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	19, // 44: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	17, // 45: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 46: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	22, // 47: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 48: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	24, // 49: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	25, // 50: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 51: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 52: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 53: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	29, // 54: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 55: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 56: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 57: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 58: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 59: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	34, // 60: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
-	36, // [36:61] is the sub-list for method output_type
-	11, // [11:36] is the sub-list for method input_type
+	29, // 29: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
+	23, // 30: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
+	1,  // 31: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	32, // 32: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	33, // 33: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	34, // 34: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 35: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 36: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	35, // 37: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	4,  // 38: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 39: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 40: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 41: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	15, // 42: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 43: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	13, // 44: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
+	17, // 45: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	19, // 46: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	17, // 47: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 48: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	22, // 49: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 50: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	24, // 51: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	25, // 52: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 53: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 54: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 55: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	1,  // 56: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
+	30, // 57: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
+	31, // 58: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 59: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 60: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 61: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 62: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 63: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	36, // 64: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	38, // [38:65] is the sub-list for method output_type
+	11, // [11:38] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -2726,7 +2835,7 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
-	file_agent_proto_msgTypes[34].OneofWrappers = []any{
+	file_agent_proto_msgTypes[36].OneofWrappers = []any{
 		(*GuestEvent_File)(nil),
 		(*GuestEvent_Package)(nil),
 	}
@@ -2736,7 +2845,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

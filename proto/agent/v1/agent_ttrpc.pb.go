@@ -152,6 +152,8 @@ type FilesService interface {
 	Mkdir(context.Context, *MkdirRequest) (*Empty, error)
 	Remove(context.Context, *RemoveRequest) (*Empty, error)
 	Rename(context.Context, *RenameRequest) (*Empty, error)
+	Symlink(context.Context, *SymlinkRequest) (*Empty, error)
+	Readlink(context.Context, *PathRequest) (*ReadlinkResponse, error)
 }
 
 func RegisterFilesService(srv *ttrpc.Server, svc FilesService) {
@@ -233,6 +235,20 @@ func RegisterFilesService(srv *ttrpc.Server, svc FilesService) {
 					return nil, err
 				}
 				return svc.Rename(ctx, &req)
+			},
+			"Symlink": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req SymlinkRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Symlink(ctx, &req)
+			},
+			"Readlink": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req PathRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Readlink(ctx, &req)
 			},
 		},
 	})
@@ -331,6 +347,22 @@ func (c *filesClient) Remove(ctx context.Context, req *RemoveRequest) (*Empty, e
 func (c *filesClient) Rename(ctx context.Context, req *RenameRequest) (*Empty, error) {
 	var resp Empty
 	if err := c.client.Call(ctx, "agentbox.agent.v1.Files", "Rename", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *filesClient) Symlink(ctx context.Context, req *SymlinkRequest) (*Empty, error) {
+	var resp Empty
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Files", "Symlink", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *filesClient) Readlink(ctx context.Context, req *PathRequest) (*ReadlinkResponse, error) {
+	var resp ReadlinkResponse
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Files", "Readlink", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
