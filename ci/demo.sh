@@ -16,6 +16,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The demo's hostd makes its own key (in $DATA/api-key): a key the user
+# exported (as the README suggests) is for their own hostd, and with it set
+# hostd would write no key file.
+unset AGENTBOX_API_KEY
 "$BIN/agentbox" serve --listen "127.0.0.1:$PORT" --data-dir "$DATA" 2>"$DATA/hostd.log" &
 HOSTD_PID=$!
 export AGENTBOX_URL=http://127.0.0.1:$PORT

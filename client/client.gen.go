@@ -334,6 +334,30 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
+// Defines values for WatchEventType.
+const (
+	WatchEventTypeCreate WatchEventType = "create"
+	WatchEventTypeDelete WatchEventType = "delete"
+	WatchEventTypeModify WatchEventType = "modify"
+	WatchEventTypeRename WatchEventType = "rename"
+)
+
+// Valid indicates whether the value is a known member of the WatchEventType enum.
+func (e WatchEventType) Valid() bool {
+	switch e {
+	case WatchEventTypeCreate:
+		return true
+	case WatchEventTypeDelete:
+		return true
+	case WatchEventTypeModify:
+		return true
+	case WatchEventTypeRename:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSandboxEventsParamsFormat.
 const (
 	ListSandboxEventsParamsFormatJSON  ListSandboxEventsParamsFormat = "json"
@@ -359,6 +383,15 @@ type APIAudit struct {
 	Path       string `json:"path"`
 	Route      string `json:"route"`
 	Status     int    `json:"status"`
+}
+
+// ArchiveResult defines model for ArchiveResult.
+type ArchiveResult struct {
+	// Bytes Bytes of file content written.
+	Bytes int64 `json:"bytes"`
+
+	// Entries Entries unpacked (files and directories).
+	Entries int64 `json:"entries"`
 }
 
 // AuditEvent One flight-recorder event. The member named by `type` holds its
@@ -1022,6 +1055,27 @@ type Usage struct {
 	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
 }
 
+// WatchEvent defines model for WatchEvent.
+type WatchEvent struct {
+	IsDir bool `json:"is_dir"`
+
+	// OldPath The path before a rename (rename only).
+	OldPath string `json:"old_path,omitempty"`
+
+	// Path Absolute guest path (the new path of a rename).
+	Path string `json:"path"`
+
+	// Size Size of a file when the guest saw the change (0 for delete).
+	Size int64 `json:"size"`
+
+	// Time When the guest saw the change (RFC 3339 with nanoseconds).
+	Time time.Time      `json:"time"`
+	Type WatchEventType `json:"type"`
+}
+
+// WatchEventType defines model for WatchEvent.Type.
+type WatchEventType string
+
 // ExecID defines model for ExecID.
 type ExecID = string
 
@@ -1099,6 +1153,21 @@ type WriteFileParams struct {
 	Path GuestPath `form:"path" json:"path"`
 }
 
+// GetArchiveParams defines parameters for GetArchive.
+type GetArchiveParams struct {
+	// Path Absolute guest directory the archive is unpacked under or read from.
+	Path string `form:"path" json:"path"`
+}
+
+// PutArchiveParams defines parameters for PutArchive.
+type PutArchiveParams struct {
+	// Path Absolute guest directory the archive is unpacked under or read from.
+	Path string `form:"path" json:"path"`
+
+	// ContentEncoding `gzip` if the body is gzip-compressed (also detected without it).
+	ContentEncoding string `json:"Content-Encoding,omitempty"`
+}
+
 // ListDirParams defines parameters for ListDir.
 type ListDirParams struct {
 	// Path Absolute guest path without ".." elements.
@@ -1113,6 +1182,15 @@ type MakeDirParams struct {
 
 // StatFileParams defines parameters for StatFile.
 type StatFileParams struct {
+	// Path Absolute guest path without ".." elements.
+	Path GuestPath `form:"path" json:"path"`
+}
+
+// WatchDirParams defines parameters for WatchDir.
+type WatchDirParams struct {
+	// Recursive Report changes in subdirectories too (default only direct children of `path`).
+	Recursive bool `form:"recursive,omitempty" json:"recursive,omitempty"`
+
 	// Path Absolute guest path without ".." elements.
 	Path GuestPath `form:"path" json:"path"`
 }
@@ -1455,10 +1533,41 @@ type ClientInterface interface {
 
 	// WriteFileWithBody Upload a file, streamed; the guest replaces it atomically.
 	//
+	// Missing parent directories are created (like `mkdir -p`), with mode
+	// 0755, owned by root (the guest agent's user).
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/sandboxes/{id}/files (the `WriteFile` operationId).
 	WriteFileWithBody(ctx context.Context, id SandboxID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetArchive Download a directory as a tar stream.
+	//
+	// Entry names are relative to `path` (no leading `/`; directories end
+	// in `/`). Regular files and directories are included; symlinks and
+	// special files are skipped. Streamed: memory use does not grow with
+	// the tree. If reading fails after the response has started, the
+	// connection is aborted, so a client sees a failed transfer.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/files/archive (the `GetArchive` operationId).
+	GetArchive(ctx context.Context, id SandboxID, params *GetArchiveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutArchiveWithBody Upload a tar (optionally gzip) stream and unpack it under a directory.
+	//
+	// The body is a tar stream; gzip is detected by its magic bytes (or
+	// sent with `Content-Encoding: gzip`). `path` and missing parent
+	// directories are created with mode 0755, owned by root. Regular files
+	// and directories are unpacked (each file replaced atomically, with the
+	// entry's permission bits). An entry whose name is absolute, contains a
+	// `..` element, passes through a link, or is a symlink or hard link is
+	// refused with 400 `invalid_archive` naming the entry; entries before
+	// it stay written, nothing outside `path` is touched. Streamed: memory
+	// use does not grow with the archive.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/sandboxes/{id}/files/archive (the `PutArchive` operationId).
+	PutArchiveWithBody(ctx context.Context, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListDir List a directory.
 	//
@@ -1488,6 +1597,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatFile` operationId).
 	StatFile(ctx context.Context, id SandboxID, params *StatFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// WatchDir Stream changes under a directory as NDJSON.
+	//
+	// One WatchEvent per line for each file or directory created, modified,
+	// deleted or renamed under `path` by processes in the guest (changes
+	// made through this Files API are not reported: hostd made them). The
+	// stream starts with the changes after the request and ends when the
+	// client goes or the sandbox is deleted. Only the guest's watched
+	// (disk-backed) filesystems report changes.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/files/watch (the `WatchDir` operationId).
+	WatchDir(ctx context.Context, id SandboxID, params *WatchDirParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ForkSandboxWithBody Fork a running sandbox into N copy-on-write sandboxes.
 	//
@@ -2144,11 +2265,62 @@ func (c *Raw) ReadFile(ctx context.Context, id SandboxID, params *ReadFileParams
 
 // WriteFileWithBody Upload a file, streamed; the guest replaces it atomically.
 //
+// Missing parent directories are created (like `mkdir -p`), with mode
+// 0755, owned by root (the guest agent's user).
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/sandboxes/{id}/files (the `WriteFile` operationId).
 func (c *Raw) WriteFileWithBody(ctx context.Context, id SandboxID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewWriteFileRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetArchive Download a directory as a tar stream.
+//
+// Entry names are relative to `path` (no leading `/`; directories end
+// in `/`). Regular files and directories are included; symlinks and
+// special files are skipped. Streamed: memory use does not grow with
+// the tree. If reading fails after the response has started, the
+// connection is aborted, so a client sees a failed transfer.
+//
+// Corresponds with GET /v1/sandboxes/{id}/files/archive (the `GetArchive` operationId).
+func (c *Raw) GetArchive(ctx context.Context, id SandboxID, params *GetArchiveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetArchiveRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutArchiveWithBody Upload a tar (optionally gzip) stream and unpack it under a directory.
+//
+// The body is a tar stream; gzip is detected by its magic bytes (or
+// sent with `Content-Encoding: gzip`). `path` and missing parent
+// directories are created with mode 0755, owned by root. Regular files
+// and directories are unpacked (each file replaced atomically, with the
+// entry's permission bits). An entry whose name is absolute, contains a
+// `..` element, passes through a link, or is a symlink or hard link is
+// refused with 400 `invalid_archive` naming the entry; entries before
+// it stay written, nothing outside `path` is touched. Streamed: memory
+// use does not grow with the archive.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/sandboxes/{id}/files/archive (the `PutArchive` operationId).
+func (c *Raw) PutArchiveWithBody(ctx context.Context, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutArchiveRequestWithBody(c.Server, id, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2228,6 +2400,28 @@ func (c *Raw) MoveFile(ctx context.Context, id SandboxID, body MoveFileJSONReque
 // Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatFile` operationId).
 func (c *Raw) StatFile(ctx context.Context, id SandboxID, params *StatFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStatFileRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WatchDir Stream changes under a directory as NDJSON.
+//
+// One WatchEvent per line for each file or directory created, modified,
+// deleted or renamed under `path` by processes in the guest (changes
+// made through this Files API are not reported: hostd made them). The
+// stream starts with the changes after the request and ends when the
+// client goes or the sandbox is deleted. Only the guest's watched
+// (disk-backed) filesystems report changes.
+//
+// Corresponds with GET /v1/sandboxes/{id}/files/watch (the `WatchDir` operationId).
+func (c *Raw) WatchDir(ctx context.Context, id SandboxID, params *WatchDirParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchDirRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3598,6 +3792,135 @@ func NewWriteFileRequestWithBody(server string, id SandboxID, params *WriteFileP
 	return req, nil
 }
 
+// NewGetArchiveRequest constructs an http.Request for the GetArchive method
+func NewGetArchiveRequest(server string, id SandboxID, params *GetArchiveParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/files/archive", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutArchiveRequestWithBody constructs an http.Request for the PutArchive method, with any body, and a specified content type
+func NewPutArchiveRequestWithBody(server string, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/files/archive", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Content-Encoding", params.ContentEncoding, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Content-Encoding", headerParam0)
+
+	}
+
+	return req, nil
+}
+
 // NewListDirRequest constructs an http.Request for the ListDir method
 func NewListDirRequest(server string, id SandboxID, params *ListDirParams) (*http.Request, error) {
 	var err error
@@ -3793,6 +4116,71 @@ func NewStatFileRequest(server string, id SandboxID, params *StatFileParams) (*h
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewWatchDirRequest constructs an http.Request for the WatchDir method
+func NewWatchDirRequest(server string, id SandboxID, params *WatchDirParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/files/watch", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recursive", params.Recursive, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
@@ -4916,10 +5304,43 @@ type ClientWithResponsesInterface interface {
 
 	// WriteFileWithBodyWithResponse Upload a file, streamed; the guest replaces it atomically.
 	//
+	// Missing parent directories are created (like `mkdir -p`), with mode
+	// 0755, owned by root (the guest agent's user).
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/sandboxes/{id}/files (the `WriteFile` operationId).
 	WriteFileWithBodyWithResponse(ctx context.Context, id SandboxID, params *WriteFileParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*WriteFileResponse, error)
+
+	// GetArchiveWithResponse Download a directory as a tar stream.
+	//
+	// Entry names are relative to `path` (no leading `/`; directories end
+	// in `/`). Regular files and directories are included; symlinks and
+	// special files are skipped. Streamed: memory use does not grow with
+	// the tree. If reading fails after the response has started, the
+	// connection is aborted, so a client sees a failed transfer.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/files/archive (the `GetArchive` operationId).
+	GetArchiveWithResponse(ctx context.Context, id SandboxID, params *GetArchiveParams, reqEditors ...RequestEditorFn) (*GetArchiveResponse, error)
+
+	// PutArchiveWithBodyWithResponse Upload a tar (optionally gzip) stream and unpack it under a directory.
+	//
+	// The body is a tar stream; gzip is detected by its magic bytes (or
+	// sent with `Content-Encoding: gzip`). `path` and missing parent
+	// directories are created with mode 0755, owned by root. Regular files
+	// and directories are unpacked (each file replaced atomically, with the
+	// entry's permission bits). An entry whose name is absolute, contains a
+	// `..` element, passes through a link, or is a symlink or hard link is
+	// refused with 400 `invalid_archive` naming the entry; entries before
+	// it stay written, nothing outside `path` is touched. Streamed: memory
+	// use does not grow with the archive.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/sandboxes/{id}/files/archive (the `PutArchive` operationId).
+	PutArchiveWithBodyWithResponse(ctx context.Context, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutArchiveResponse, error)
 
 	// ListDirWithResponse List a directory.
 	//
@@ -4955,6 +5376,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatFile` operationId).
 	StatFileWithResponse(ctx context.Context, id SandboxID, params *StatFileParams, reqEditors ...RequestEditorFn) (*StatFileResponse, error)
+
+	// WatchDirWithResponse Stream changes under a directory as NDJSON.
+	//
+	// One WatchEvent per line for each file or directory created, modified,
+	// deleted or renamed under `path` by processes in the guest (changes
+	// made through this Files API are not reported: hostd made them). The
+	// stream starts with the changes after the request and ends when the
+	// client goes or the sandbox is deleted. Only the guest's watched
+	// (disk-backed) filesystems report changes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/files/watch (the `WatchDir` operationId).
+	WatchDirWithResponse(ctx context.Context, id SandboxID, params *WatchDirParams, reqEditors ...RequestEditorFn) (*WatchDirResponse, error)
 
 	// ForkSandboxWithBodyWithResponse Fork a running sandbox into N copy-on-write sandboxes.
 	//
@@ -5934,6 +6369,95 @@ func (r WriteFileResponse) ContentType() string {
 	return ""
 }
 
+type GetArchiveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetArchiveResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetArchiveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetArchiveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetArchiveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetArchiveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PutArchiveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ArchiveResult
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutArchiveResponse) GetJSON200() *ArchiveResult {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PutArchiveResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PutArchiveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutArchiveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutArchiveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutArchiveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListDirResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6106,6 +6630,47 @@ func (r StatFileResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StatFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type WatchDirResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r WatchDirResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchDirResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchDirResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchDirResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchDirResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7459,6 +8024,9 @@ func (c *ClientWithResponses) ReadFileWithResponse(ctx context.Context, id Sandb
 
 // WriteFileWithBodyWithResponse Upload a file, streamed; the guest replaces it atomically.
 //
+// Missing parent directories are created (like `mkdir -p`), with mode
+// 0755, owned by root (the guest agent's user).
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /v1/sandboxes/{id}/files (the `WriteFile` operationId).
@@ -7468,6 +8036,48 @@ func (c *ClientWithResponses) WriteFileWithBodyWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseWriteFileResponse(rsp)
+}
+
+// GetArchiveWithResponse Download a directory as a tar stream.
+//
+// Entry names are relative to `path` (no leading `/`; directories end
+// in `/`). Regular files and directories are included; symlinks and
+// special files are skipped. Streamed: memory use does not grow with
+// the tree. If reading fails after the response has started, the
+// connection is aborted, so a client sees a failed transfer.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/files/archive (the `GetArchive` operationId).
+func (c *ClientWithResponses) GetArchiveWithResponse(ctx context.Context, id SandboxID, params *GetArchiveParams, reqEditors ...RequestEditorFn) (*GetArchiveResponse, error) {
+	rsp, err := c.GetArchive(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetArchiveResponse(rsp)
+}
+
+// PutArchiveWithBodyWithResponse Upload a tar (optionally gzip) stream and unpack it under a directory.
+//
+// The body is a tar stream; gzip is detected by its magic bytes (or
+// sent with `Content-Encoding: gzip`). `path` and missing parent
+// directories are created with mode 0755, owned by root. Regular files
+// and directories are unpacked (each file replaced atomically, with the
+// entry's permission bits). An entry whose name is absolute, contains a
+// `..` element, passes through a link, or is a symlink or hard link is
+// refused with 400 `invalid_archive` naming the entry; entries before
+// it stay written, nothing outside `path` is touched. Streamed: memory
+// use does not grow with the archive.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/sandboxes/{id}/files/archive (the `PutArchive` operationId).
+func (c *ClientWithResponses) PutArchiveWithBodyWithResponse(ctx context.Context, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutArchiveResponse, error) {
+	rsp, err := c.PutArchiveWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutArchiveResponse(rsp)
 }
 
 // ListDirWithResponse List a directory.
@@ -7533,6 +8143,26 @@ func (c *ClientWithResponses) StatFileWithResponse(ctx context.Context, id Sandb
 		return nil, err
 	}
 	return ParseStatFileResponse(rsp)
+}
+
+// WatchDirWithResponse Stream changes under a directory as NDJSON.
+//
+// One WatchEvent per line for each file or directory created, modified,
+// deleted or renamed under `path` by processes in the guest (changes
+// made through this Files API are not reported: hostd made them). The
+// stream starts with the changes after the request and ends when the
+// client goes or the sandbox is deleted. Only the guest's watched
+// (disk-backed) filesystems report changes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/files/watch (the `WatchDir` operationId).
+func (c *ClientWithResponses) WatchDirWithResponse(ctx context.Context, id SandboxID, params *WatchDirParams, reqEditors ...RequestEditorFn) (*WatchDirResponse, error) {
+	rsp, err := c.WatchDir(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchDirResponse(rsp)
 }
 
 // ForkSandboxWithBodyWithResponse Fork a running sandbox into N copy-on-write sandboxes.
@@ -8467,6 +9097,65 @@ func ParseWriteFileResponse(rsp *http.Response) (*WriteFileResponse, error) {
 	return response, nil
 }
 
+// ParseGetArchiveResponse parses an HTTP response from a GetArchiveWithResponse call
+func ParseGetArchiveResponse(rsp *http.Response) (*GetArchiveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetArchiveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePutArchiveResponse parses an HTTP response from a PutArchiveWithResponse call
+func ParsePutArchiveResponse(rsp *http.Response) (*PutArchiveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutArchiveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ArchiveResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListDirResponse parses an HTTP response from a ListDirWithResponse call
 func ParseListDirResponse(rsp *http.Response) (*ListDirResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -8579,6 +9268,32 @@ func ParseStatFileResponse(rsp *http.Response) (*StatFileResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWatchDirResponse parses an HTTP response from a WatchDirWithResponse call
+func ParseWatchDirResponse(rsp *http.Response) (*WatchDirResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchDirResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

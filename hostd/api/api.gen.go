@@ -329,6 +329,30 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
+// Defines values for WatchEventType.
+const (
+	WatchEventTypeCreate WatchEventType = "create"
+	WatchEventTypeDelete WatchEventType = "delete"
+	WatchEventTypeModify WatchEventType = "modify"
+	WatchEventTypeRename WatchEventType = "rename"
+)
+
+// Valid indicates whether the value is a known member of the WatchEventType enum.
+func (e WatchEventType) Valid() bool {
+	switch e {
+	case WatchEventTypeCreate:
+		return true
+	case WatchEventTypeDelete:
+		return true
+	case WatchEventTypeModify:
+		return true
+	case WatchEventTypeRename:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSandboxEventsParamsFormat.
 const (
 	ListSandboxEventsParamsFormatJSON  ListSandboxEventsParamsFormat = "json"
@@ -354,6 +378,15 @@ type APIAudit struct {
 	Path       string `json:"path"`
 	Route      string `json:"route"`
 	Status     int    `json:"status"`
+}
+
+// ArchiveResult defines model for ArchiveResult.
+type ArchiveResult struct {
+	// Bytes Bytes of file content written.
+	Bytes int64 `json:"bytes"`
+
+	// Entries Entries unpacked (files and directories).
+	Entries int64 `json:"entries"`
 }
 
 // AuditEvent One flight-recorder event. The member named by `type` holds its
@@ -1017,6 +1050,27 @@ type Usage struct {
 	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
 }
 
+// WatchEvent defines model for WatchEvent.
+type WatchEvent struct {
+	IsDir bool `json:"is_dir"`
+
+	// OldPath The path before a rename (rename only).
+	OldPath string `json:"old_path,omitempty"`
+
+	// Path Absolute guest path (the new path of a rename).
+	Path string `json:"path"`
+
+	// Size Size of a file when the guest saw the change (0 for delete).
+	Size int64 `json:"size"`
+
+	// Time When the guest saw the change (RFC 3339 with nanoseconds).
+	Time time.Time      `json:"time"`
+	Type WatchEventType `json:"type"`
+}
+
+// WatchEventType defines model for WatchEvent.Type.
+type WatchEventType string
+
 // ExecID defines model for ExecID.
 type ExecID = string
 
@@ -1094,6 +1148,21 @@ type WriteFileParams struct {
 	Path GuestPath `form:"path" json:"path"`
 }
 
+// GetArchiveParams defines parameters for GetArchive.
+type GetArchiveParams struct {
+	// Path Absolute guest directory the archive is unpacked under or read from.
+	Path string `form:"path" json:"path"`
+}
+
+// PutArchiveParams defines parameters for PutArchive.
+type PutArchiveParams struct {
+	// Path Absolute guest directory the archive is unpacked under or read from.
+	Path string `form:"path" json:"path"`
+
+	// ContentEncoding `gzip` if the body is gzip-compressed (also detected without it).
+	ContentEncoding string `json:"Content-Encoding,omitempty"`
+}
+
 // ListDirParams defines parameters for ListDir.
 type ListDirParams struct {
 	// Path Absolute guest path without ".." elements.
@@ -1108,6 +1177,15 @@ type MakeDirParams struct {
 
 // StatFileParams defines parameters for StatFile.
 type StatFileParams struct {
+	// Path Absolute guest path without ".." elements.
+	Path GuestPath `form:"path" json:"path"`
+}
+
+// WatchDirParams defines parameters for WatchDir.
+type WatchDirParams struct {
+	// Recursive Report changes in subdirectories too (default only direct children of `path`).
+	Recursive bool `form:"recursive,omitempty" json:"recursive,omitempty"`
+
 	// Path Absolute guest path without ".." elements.
 	Path GuestPath `form:"path" json:"path"`
 }
@@ -1198,6 +1276,12 @@ type ServerInterface interface {
 	// WriteFile Upload a file, streamed; the guest replaces it atomically.
 	// (PUT /v1/sandboxes/{id}/files)
 	WriteFile(w http.ResponseWriter, r *http.Request, id SandboxID, params WriteFileParams)
+	// GetArchive Download a directory as a tar stream.
+	// (GET /v1/sandboxes/{id}/files/archive)
+	GetArchive(w http.ResponseWriter, r *http.Request, id SandboxID, params GetArchiveParams)
+	// PutArchive Upload a tar (optionally gzip) stream and unpack it under a directory.
+	// (PUT /v1/sandboxes/{id}/files/archive)
+	PutArchive(w http.ResponseWriter, r *http.Request, id SandboxID, params PutArchiveParams)
 	// ListDir List a directory.
 	// (GET /v1/sandboxes/{id}/files/list)
 	ListDir(w http.ResponseWriter, r *http.Request, id SandboxID, params ListDirParams)
@@ -1210,6 +1294,9 @@ type ServerInterface interface {
 	// StatFile Describe a file.
 	// (GET /v1/sandboxes/{id}/files/stat)
 	StatFile(w http.ResponseWriter, r *http.Request, id SandboxID, params StatFileParams)
+	// WatchDir Stream changes under a directory as NDJSON.
+	// (GET /v1/sandboxes/{id}/files/watch)
+	WatchDir(w http.ResponseWriter, r *http.Request, id SandboxID, params WatchDirParams)
 	// ForkSandbox Fork a running sandbox into N copy-on-write sandboxes.
 	// (POST /v1/sandboxes/{id}/fork)
 	ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -1883,6 +1970,111 @@ func (siw *ServerInterfaceWrapper) WriteFile(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// GetArchive operation middleware
+func (siw *ServerInterfaceWrapper) GetArchive(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetArchiveParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetArchive(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutArchive operation middleware
+func (siw *ServerInterfaceWrapper) PutArchive(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PutArchiveParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Content-Encoding" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Content-Encoding")]; found {
+		var ContentEncoding string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Content-Encoding", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Content-Encoding", valueList[0], &ContentEncoding, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Content-Encoding", Err: err})
+			return
+		}
+
+		params.ContentEncoding = ContentEncoding
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutArchive(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListDir operation middleware
 func (siw *ServerInterfaceWrapper) ListDir(w http.ResponseWriter, r *http.Request) {
 
@@ -2026,6 +2218,61 @@ func (siw *ServerInterfaceWrapper) StatFile(w http.ResponseWriter, r *http.Reque
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.StatFile(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WatchDir operation middleware
+func (siw *ServerInterfaceWrapper) WatchDir(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WatchDirParams
+
+	// ------------- Optional query parameter "recursive" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "recursive", r.URL.Query(), &params.Recursive, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "recursive"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "recursive", Err: err})
+		}
+		return
+	}
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WatchDir(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -2688,6 +2935,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/list", wrapper.ListDir)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/stat", wrapper.StatFile)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/files/mkdir", wrapper.MakeDir)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/archive", wrapper.GetArchive)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/sandboxes/{id}/files/archive", wrapper.PutArchive)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/watch", wrapper.WatchDir)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/files/move", wrapper.MoveFile)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/snapshots", wrapper.SnapshotSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/fork", wrapper.ForkSandbox)

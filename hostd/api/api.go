@@ -36,6 +36,7 @@ type Manager interface {
 	Mkdir(ctx context.Context, id, path string) error
 	Remove(ctx context.Context, id, path string, recursive bool) error
 	Rename(ctx context.Context, id, from, to string) error
+	ArchiveManager
 	SnapshotManager
 	LimitManager
 	SessionManager

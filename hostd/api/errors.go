@@ -20,6 +20,7 @@ const (
 	CodeInvalidParam      = "invalid_param"
 	CodeInvalidRequest    = "invalid_request"
 	CodeBadPath           = "bad_path"
+	CodeInvalidArchive    = "invalid_archive"
 	CodeIsDirectory       = "is_directory"
 	CodeNotADirectory     = "not_a_directory"
 	CodeUnauthorized      = "unauthorized"
@@ -80,6 +81,7 @@ var statusRules = []struct {
 	{sandbox.ErrDeleted, http.StatusConflict, CodeSandboxDeleted},
 	{sandbox.ErrNotRunning, http.StatusConflict, CodeSandboxNotRunning},
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},
+	{sandbox.ErrBadArchive, http.StatusBadRequest, CodeInvalidArchive},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},
 	{syscall.EISDIR, http.StatusBadRequest, CodeIsDirectory},

@@ -73,15 +73,15 @@ func (m *Manager) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, er
 	return rc, err
 }
 
-// WriteFile replaces a guest file atomically with r's bytes.
+// WriteFile replaces a guest file atomically with r's bytes, creating
+// missing parent directories (0755, root).
 func (m *Manager) WriteFile(ctx context.Context, id, p string, mode fs.FileMode, r io.Reader) error {
 	if mode == 0 {
 		mode = 0o644
 	}
 	h := newHashCounter(r)
 	err := m.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error {
-		_, err := c.WriteFile(ctx, p, mode, h)
-		return err
+		return writeMkParents(ctx, c, p, mode, h)
 	})
 	if err == nil {
 		m.recordFile(ctx, id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})

@@ -31,6 +31,7 @@ type Manager struct {
 	exec      ExecFunc
 	attach    AttachFunc
 	readFile  func(path string) (io.ReadCloser, error)
+	watch     []sandbox.WatchEvent
 }
 
 // ExecFunc is the behaviour of Manager.Exec.
@@ -255,7 +256,7 @@ func (f *Manager) WriteFile(ctx context.Context, id, p string, mode fs.FileMode,
 	if err := f.call("WriteFile"); err != nil {
 		return err
 	}
-	if _, err := f.file(id, path.Dir(p)); err != nil {
+	if _, err := f.lookup(id); err != nil {
 		return err
 	}
 	data, err := io.ReadAll(r)
@@ -264,6 +265,12 @@ func (f *Manager) WriteFile(ctx context.Context, id, p string, mode fs.FileMode,
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Like the real manager: missing parents are created (0755).
+	for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+		if _, ok := f.files[d]; !ok {
+			f.files[d] = File{Dir: true, Mode: fs.ModeDir | 0o755}
+		}
+	}
 	f.files[p] = File{Data: data, Mode: mode}
 	return nil
 }

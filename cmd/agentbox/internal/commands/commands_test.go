@@ -340,3 +340,28 @@ func TestExitStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestCpRecursive(t *testing.T) {
+	env := newCLIEnv(t)
+	ctx := context.Background()
+	id := env.create(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "sub", "x.py"), []byte("print(1)\n"), 0o600)
+	if got := env.run(t, ctx, "", "cp", "-r", src, id+":/srv/proj"); got.code != 0 {
+		t.Fatalf("upload dir: %+v", got)
+	}
+	if f, ok := env.m.File("/srv/proj/sub/x.py"); !ok || string(f.Data) != "print(1)\n" || f.Mode != 0o600 {
+		t.Errorf("uploaded: %+v %v", f, ok)
+	}
+	if got := env.run(t, ctx, "", "cp", src, id+":/srv/other"); got.code != 1 || !strings.Contains(got.stderr, "-r") {
+		t.Errorf("dir without -r: %+v", got)
+	}
+	out := t.TempDir()
+	if got := env.run(t, ctx, "", "cp", "-r", id+":/srv/proj", out); got.code != 0 {
+		t.Fatalf("download dir: %+v", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "proj", "sub", "x.py")); err != nil || string(b) != "print(1)\n" {
+		t.Errorf("downloaded: %q %v", b, err)
+	}
+}

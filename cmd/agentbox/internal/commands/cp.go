@@ -20,8 +20,12 @@ func cpCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "cp",
 		Usage: "copy a file between the host and a sandbox, streamed",
-		UsageText: "agentbox cp LOCAL ID:/PATH   (upload; LOCAL - reads stdin)\n" +
-			"agentbox cp ID:/PATH LOCAL   (download; LOCAL - writes stdout)",
+		UsageText: "agentbox cp [-r] LOCAL ID:/PATH   (upload; LOCAL - reads stdin)\n" +
+			"agentbox cp [-r] ID:/PATH LOCAL   (download; LOCAL - writes stdout)\n" +
+			"With -r a directory is copied (as a tar stream): into the destination if it is a directory, else as it.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"r"}, Usage: "copy a directory and everything in it"},
+		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			args := cmd.Args().Slice()
 			if len(args) != 2 {
@@ -34,6 +38,12 @@ func cpCommand() *cli.Command {
 			c, err := newClient(cmd)
 			if err != nil {
 				return err
+			}
+			if cmd.Bool("recursive") {
+				if dst.id != "" {
+					return uploadDir(ctx, c, src.path, dst)
+				}
+				return downloadDir(ctx, c, src, dst.path)
 			}
 			if dst.id != "" {
 				return upload(ctx, cmd, c, src.path, dst)
@@ -77,7 +87,7 @@ func upload(ctx context.Context, cmd *cli.Command, c *client.Client, local strin
 			return err
 		}
 		if fi.IsDir() {
-			return fmt.Errorf("cp: %s is a directory; only files can be copied", local)
+			return fmt.Errorf("cp: %s is a directory; use -r to copy it", local)
 		}
 		r, mode = f, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
 	}
@@ -118,7 +128,7 @@ func download(ctx context.Context, cmd *cli.Command, c *client.Client, src cpArg
 		return err
 	}
 	if fi.IsDir {
-		return fmt.Errorf("cp: %s:%s is a directory; only files can be copied", src.id, src.path)
+		return fmt.Errorf("cp: %s:%s is a directory; use -r to copy it", src.id, src.path)
 	}
 	if st, err := os.Stat(local); err == nil && st.IsDir() {
 		local = filepath.Join(local, path.Base(src.path))
