@@ -142,14 +142,27 @@ def test_dirs(sb: Sandbox, tmp_path: Path) -> None:
     assert (dst / "top.txt").read_text() == "top" and (dst / "sub" / "x.bin").stat().st_size == 5000
 
 
-def test_watch(sb: Sandbox) -> None:
-    sb.files.mkdir("/root/w")
-    with sb.files.watch("/root/w") as w:
-        threading.Timer(0.5, lambda: sb.files.write("/root/w/new.txt", "n")).start()
-        for ev in w:
-            if ev.path.endswith("new.txt"):
-                assert ev.type in ("create", "modify")
-                break
+def test_watch(client: Client, sb: Sandbox) -> None:
+    sb.run("mkdir -p /root/w")
+    stop = threading.Event()
+
+    def touch() -> None:  # the watch starts a moment after it answers: repeat until seen
+        for _ in range(60):
+            if stop.wait(0.5):
+                return
+            sb.run("echo n >> /root/w/new.txt")
+
+    with Client(timeout=60).get(sb.id).files.watch("/root/w") as w:  # a read timeout: never hang
+        t = threading.Thread(target=touch)
+        t.start()
+        try:
+            for ev in w:
+                if ev.path == "/root/w/new.txt":
+                    assert ev.type in ("create", "modify") and not ev.is_dir
+                    break
+        finally:
+            stop.set()
+            t.join()
 
 
 def test_lifecycle(client: Client, sb: Sandbox) -> None:

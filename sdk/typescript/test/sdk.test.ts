@@ -116,10 +116,21 @@ describe("files", () => {
     assert.equal((await stat(join(tmp, "dst/sub/x.bin"))).size, 5000);
   });
   test("watch", async () => {
-    await sb.files.mkdir("/root/tsw");
+    await sb.run("mkdir -p /root/tsw");
     await using w = await sb.files.watch("/root/tsw");
-    setTimeout(() => void sb.files.write("/root/tsw/new.txt", "n"), 500);
-    for await (const ev of w) if (ev.path.endsWith("new.txt")) { assert.ok(["create", "modify"].includes(ev.type)); break; }
+    // The watch starts a moment after it answers: repeat the write until seen.
+    let seen = false, stop = false;
+    const touch = (async () => {
+      for (let i = 0; i < 60 && !stop; i++) {
+        await new Promise((r) => setTimeout(r, 500));
+        await sb.run("echo n >> /root/tsw/new.txt");
+      }
+      w.close(); // never hang
+    })();
+    for await (const ev of w) if (ev.path === "/root/tsw/new.txt") { seen = ["create", "modify"].includes(ev.type); break; }
+    stop = true;
+    await touch;
+    assert.ok(seen);
   });
 });
 

@@ -273,8 +273,10 @@ def untar_safely(src: IO[bytes], local: Union[str, "os.PathLike[str]"]) -> int:
     n = 0
     with tarfile.open(fileobj=src, mode="r|*") as tf:
         for m in tf:
-            name = m.name.lstrip("./") if m.name not in (".", "./") else ""
-            if not name:
+            name = m.name
+            while name.startswith("./"):
+                name = name[2:]
+            if name in ("", "."):
                 continue
             dest = root / name
             if os.path.isabs(m.name) or not _inside(root, dest):
