@@ -30,6 +30,14 @@ PACKAGES=(
 	# service URL and PTY tests (hostd/svc_test.go)
 	chromium # headless browser that opens a sandbox's service URL
 	tmux     # drives `agentbox exec -it` in a real terminal
+	# SDK suites (sdk/sdktest): the Python SDK, its tests and its offline install
+	python3-httpx
+	python3-websockets
+	python3-pytest
+	python3-pytest-asyncio
+	python3-setuptools # the build backend of sdk/python (pip install --no-build-isolation)
+	python3-wheel
+	python3-pip
 )
 
 SUDO=()

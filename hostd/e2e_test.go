@@ -9,14 +9,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,10 +22,11 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/internal/hostdtest"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
-const testKey = "ab_test-key-for-e2e"
+const testKey = hostdtest.Key
 
 // startHostd runs a real hostd (QEMU, TCG) on a fresh data dir and returns
 // a client of it. hostd is stopped when the test ends.
@@ -42,62 +41,15 @@ func startHostd(t *testing.T) (*client.Client, string) {
 // startHostdOn runs hostd on data dir data; stop ends it (once).
 func startHostdOn(t *testing.T, data string, tweaks ...func(*hostd.Config)) (*client.Client, func()) {
 	t.Helper()
-	url, stop := runHostd(t, data, tweaks...)
-	c, err := client.New(url, testKey)
-	if err != nil {
-		stop()
-		t.Fatal(err)
-	}
-	return c, stop
+	h := hostdtest.Start(t, data, tweaks...)
+	return h.Client, h.Stop
 }
 
-// runHostd is the one way these tests start a real hostd (QEMU, TCG): on
-// data dir data, with its debug log in data/hostd.log (shown when the test
-// fails), listening on a free port. It returns the API's URL and a stop
-// function (safe to call more than once).
+// runHostd is startHostdOn that returns the API's URL instead of a client.
 func runHostd(t *testing.T, data string, tweaks ...func(*hostd.Config)) (string, func()) {
 	t.Helper()
-	a := vmmtest.FindAssets(t)
-	logf, err := os.OpenFile(filepath.Join(data, "hostd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := hostd.Config{
-		Listen: "127.0.0.1:0", DataDir: data, APIKey: testKey, VMM: "qemu", Accel: "tcg",
-		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage,
-		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
-	for _, tw := range tweaks {
-		tw(&cfg)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- hostd.RunWithReady(ctx, cfg, func(a string) { addr <- a }) }()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		cancel()
-		logf.Close()
-		t.Fatalf("hostd: %v", err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("hostd: %v", err)
-			}
-			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
-				t.Logf("hostd log:\n%s", b)
-			}
-			logf.Close()
-		})
-	}
-	return url, stop
+	h := hostdtest.Start(t, data, tweaks...)
+	return h.URL, h.Stop
 }
 
 func TestEndToEnd(t *testing.T) {

@@ -7,59 +7,23 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/client"
-	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/internal/hostdtest"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
-
-const vmKey = "ab_test-key-for-mcp"
 
 // realHostd runs hostd in-process (QEMU, TCG) on a fresh data dir, stopped
 // when the test ends, and returns a client of it.
 func realHostd(t *testing.T) *client.Client {
 	t.Helper()
-	a := vmmtest.FindAssets(t)
-	data := vmmtest.ShortTempDir(t)
-	logf, err := os.Create(filepath.Join(data, "hostd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: vmKey, VMM: "qemu", Accel: "tcg",
-		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage, Logger: slog.New(slog.NewTextHandler(logf, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	addr, done := make(chan string, 1), make(chan error, 1)
-	go func() { done <- hostd.RunWithReady(ctx, cfg, func(a string) { addr <- a }) }()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		cancel()
-		t.Fatalf("hostd: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("hostd: %v", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("hostd log:\n%s", b)
-		}
-		logf.Close()
-	})
-	c, err := client.New(url, vmKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	h := hostdtest.Start(t, vmmtest.ShortTempDir(t))
+	t.Cleanup(h.Stop)
+	return h.Client
 }
 
 // call calls a tool and decodes its structured result into out.

@@ -1,0 +1,15 @@
+/**
+ * agentbox: a microVM sandbox per AI agent, from TypeScript (Node 20+).
+ *
+ * ```ts
+ * import { Client } from "@agentbox/sdk";
+ * await using sb = await new Client().sandbox();
+ * console.log((await sb.run("python3 -c 'print(6*7)'")).stdout); // 42
+ * ```
+ */
+import "./polyfill.js";
+export * from "./errors.js";
+export * from "./models.js";
+export { Client, Sandbox, ExecHandle, Files, Network, Snapshots, Templates, Secrets, Watch, DEFAULT_URL } from "./client.js";
+export type { ClientOptions, Command, Data, Blueprint } from "./client.js";
+export { Pty } from "./pty.js";
