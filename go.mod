@@ -9,6 +9,7 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/google/nftables v0.3.0
+	github.com/hanwen/go-fuse/v2 v2.9.0
 	github.com/hashicorp/yamux v0.1.2
 	github.com/mdlayher/vsock v1.4.0
 	github.com/miekg/dns v1.1.73

@@ -2,3 +2,4 @@
 package agentv1
 
 //go:generate protoc --go_out=paths=source_relative:. --go-ttrpc_out=paths=source_relative:. -I . agent.proto
+//go:generate protoc --go_out=paths=source_relative:. --go-ttrpc_out=paths=source_relative:. -I . mount.proto
