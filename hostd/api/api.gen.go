@@ -188,6 +188,21 @@ func (e LifecycleAuditAction) Valid() bool {
 	}
 }
 
+// Defines values for MountType.
+const (
+	MountTypeHost MountType = "host"
+)
+
+// Valid indicates whether the value is a known member of the MountType enum.
+func (e MountType) Valid() bool {
+	switch e {
+	case MountTypeHost:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for NetworkEventKind.
 const (
 	NetworkEventKindDNS   NetworkEventKind = "dns"
@@ -428,6 +443,13 @@ type CreateSandboxRequest struct {
 
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// Mounts External data the guest sees as directories. Mounts survive
+	// snapshots, forks, pause and resume; a bad mount (a host path
+	// outside the operator's allowed roots or with "..", a guest path
+	// over /proc, /sys, /dev, /run or a system directory) is a 400 and
+	// nothing is made.
+	Mounts []Mount `json:"mounts,omitempty"`
 
 	// NetBps Network bandwidth cap in bytes per second, each direction on its own (at least 8192; 0 = default).
 	NetBps int64 `json:"net_bps,omitempty"`
@@ -714,6 +736,30 @@ type Limits struct {
 	NetBps        int64   `json:"net_bps"`
 	OnTimeout     string  `json:"on_timeout"`
 }
+
+// Mount defines model for Mount.
+type Mount struct {
+	// Path The absolute guest path the mount appears at.
+	Path string `json:"path"`
+
+	// ReadOnly Refuse every change in the guest (EROFS).
+	ReadOnly bool `json:"read_only,omitempty"`
+
+	// Source The host directory (absolute) of a host mount.
+	Source string `json:"source,omitempty"`
+
+	// Type "host": a directory on the hostd machine, under one of the roots
+	// the operator allows (hostd's mount_roots). Every sandbox that
+	// mounts it, forks included, sees the same directory: writes are
+	// shared and the last writer wins.
+	Type MountType `json:"type"`
+}
+
+// MountType "host": a directory on the hostd machine, under one of the roots
+// the operator allows (hostd's mount_roots). Every sandbox that
+// mounts it, forks included, sees the same directory: writes are
+// shared and the last writer wins.
+type MountType string
 
 // MoveRequest defines model for MoveRequest.
 type MoveRequest struct {
