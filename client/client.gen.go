@@ -166,6 +166,24 @@ func (e FileAuditSource) Valid() bool {
 	}
 }
 
+// Defines values for InjectRuleKind.
+const (
+	InjectRuleKindAws    InjectRuleKind = "aws"
+	InjectRuleKindHeader InjectRuleKind = "header"
+)
+
+// Valid indicates whether the value is a known member of the InjectRuleKind enum.
+func (e InjectRuleKind) Valid() bool {
+	switch e {
+	case InjectRuleKindAws:
+		return true
+	case InjectRuleKindHeader:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LifecycleAuditAction.
 const (
 	LifecycleAuditActionFork     LifecycleAuditAction = "fork"
@@ -711,9 +729,25 @@ type InjectRule struct {
 	// Host Exact name or `*.` wildcard. A rule also allows its host.
 	Host string `json:"host"`
 
+	// Kind "header" (default) sets the header to the value. "aws" re-signs
+	// AWS SigV4 requests to the host: the guest signs with placeholder
+	// keys from secret_env, the proxy checks that the request names one
+	// of them, strips the guest's signature and signs again with the
+	// secret that the value names ({{secret:NAME}}, whose value is
+	// ACCESS_KEY_ID:SECRET_ACCESS_KEY); header is then unused.
+	Kind InjectRuleKind `json:"kind,omitempty"`
+
 	// Value Example: Bearer {{secret:gh}}
 	Value string `json:"value"`
 }
+
+// InjectRuleKind "header" (default) sets the header to the value. "aws" re-signs
+// AWS SigV4 requests to the host: the guest signs with placeholder
+// keys from secret_env, the proxy checks that the request names one
+// of them, strips the guest's signature and signs again with the
+// secret that the value names ({{secret:NAME}}, whose value is
+// ACCESS_KEY_ID:SECRET_ACCESS_KEY); header is then unused.
+type InjectRuleKind string
 
 // LifecycleAudit defines model for LifecycleAudit.
 type LifecycleAudit struct {
