@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/guestinit/agent"
+	"github.com/agentbox/agentbox/guestinit/mount"
 	"github.com/agentbox/agentbox/guestinit/watch"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
@@ -111,6 +112,12 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 	go func() {
 		if err := ServePortForward(pf, log); err != nil {
 			log.Error("port forward stopped", "err", err)
+		}
+	}()
+	ml := router.Listen(channel.MountPort)
+	go func() {
+		if err := mount.NewService(log).Serve(ml); err != nil {
+			log.Error("mounts stopped", "err", err)
 		}
 	}()
 	started := 0

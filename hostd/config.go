@@ -85,6 +85,9 @@ type Config struct {
 	// EventRetention, if set, drops events older than it (checked with
 	// the reaper's round); zero keeps the log forever.
 	EventRetention time.Duration
+	// MountRoots are the host directories under which sandboxes' host
+	// mounts may take their source; none disables host mounts.
+	MountRoots []string
 }
 
 // CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.

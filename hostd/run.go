@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/metrics"
+	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/portproxy"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/sandbox"
@@ -76,6 +77,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
 		Network: network,
 		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec, EventRetention: cfg.EventRetention,
+		Mounts: mounts.Config{HostRoots: cfg.MountRoots},
 	}
 	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
 		return err

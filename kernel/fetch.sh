@@ -30,6 +30,7 @@ WANT_MODULES=(
 	failover net_failover virtio_net
 	virtio_console
 	virtio_pci # Cloud Hypervisor attaches every device over virtio-pci
+	fuse       # mounts: guestinit serves them as FUSE filesystems (guestinit/mount)
 )
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")

@@ -10,6 +10,10 @@ const (
 	// PortForwardPort is the channel port on which guestinit forwards
 	// streams to guest TCP ports; each stream starts with OpenTCP's header.
 	PortForwardPort uint32 = 1025
+	// MountPort is the channel port of the mount streams: the host opens
+	// one and serves the Mounts ttrpc service on it, and guestinit's FUSE
+	// filesystems are its client (guestinit/mount, hostd/mounts).
+	MountPort uint32 = 1026
 	// ProbeMarker is what guestinit prints on its console in probe mode
 	// (kernel cmdline agentbox.probe=1) just before it powers the VM off.
 	// Backends boot the guest in probe mode to learn whether an accelerator

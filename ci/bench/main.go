@@ -30,8 +30,17 @@ func run() error {
 	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
 	netOnly := flag.Bool("network-only", false, "run only the egress proxy benchmarks")
 	recOnly := flag.Bool("recorder-only", false, "run only the flight recorder's cost")
+	mountsOnly := flag.Bool("mounts-only", false, "run only the mounts' throughput")
 	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
 	flag.Parse()
+	if *mountsOnly {
+		t := &table{}
+		if err := benchMounts(context.Background(), t); err != nil {
+			return err
+		}
+		t.print(os.Stdout)
+		return nil
+	}
 	if *netOnly {
 		t := &table{}
 		if err := benchNetwork(t, *requests); err != nil {
@@ -84,6 +93,9 @@ func run() error {
 		return err
 	}
 	if err := benchGuestDownload(ctx, t); err != nil {
+		return err
+	}
+	if err := benchMounts(ctx, t); err != nil {
 		return err
 	}
 	t.print(os.Stdout)

@@ -162,6 +162,24 @@ func (e FileAuditSource) Valid() bool {
 	}
 }
 
+// Defines values for InjectRuleKind.
+const (
+	InjectRuleKindAws    InjectRuleKind = "aws"
+	InjectRuleKindHeader InjectRuleKind = "header"
+)
+
+// Valid indicates whether the value is a known member of the InjectRuleKind enum.
+func (e InjectRuleKind) Valid() bool {
+	switch e {
+	case InjectRuleKindAws:
+		return true
+	case InjectRuleKindHeader:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LifecycleAuditAction.
 const (
 	LifecycleAuditActionFork     LifecycleAuditAction = "fork"
@@ -183,6 +201,21 @@ func (e LifecycleAuditAction) Valid() bool {
 	case LifecycleAuditActionState:
 		return true
 	case LifecycleAuditActionTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MountType.
+const (
+	MountTypeHost MountType = "host"
+)
+
+// Valid indicates whether the value is a known member of the MountType enum.
+func (e MountType) Valid() bool {
+	switch e {
+	case MountTypeHost:
 		return true
 	default:
 		return false
@@ -463,6 +496,13 @@ type CreateSandboxRequest struct {
 	// Metadata The caller's labels, stored and returned as given.
 	Metadata map[string]string `json:"metadata,omitempty"`
 
+	// Mounts External data the guest sees as directories. Mounts survive
+	// snapshots, forks, pause and resume; a bad mount (a host path
+	// outside the operator's allowed roots or with "..", a guest path
+	// over /proc, /sys, /dev, /run or a system directory) is a 400 and
+	// nothing is made.
+	Mounts []Mount `json:"mounts,omitempty"`
+
 	// NetBps Network bandwidth cap in bytes per second, each direction on its own (at least 8192; 0 = default).
 	NetBps int64 `json:"net_bps,omitempty"`
 
@@ -718,9 +758,25 @@ type InjectRule struct {
 	// Host Exact name or `*.` wildcard. A rule also allows its host.
 	Host string `json:"host"`
 
+	// Kind "header" (default) sets the header to the value. "aws" re-signs
+	// AWS SigV4 requests to the host: the guest signs with placeholder
+	// keys from secret_env, the proxy checks that the request names one
+	// of them, strips the guest's signature and signs again with the
+	// secret that the value names ({{secret:NAME}}, whose value is
+	// ACCESS_KEY_ID:SECRET_ACCESS_KEY); header is then unused.
+	Kind InjectRuleKind `json:"kind,omitempty"`
+
 	// Value Example: Bearer {{secret:gh}}
 	Value string `json:"value"`
 }
+
+// InjectRuleKind "header" (default) sets the header to the value. "aws" re-signs
+// AWS SigV4 requests to the host: the guest signs with placeholder
+// keys from secret_env, the proxy checks that the request names one
+// of them, strips the guest's signature and signs again with the
+// secret that the value names ({{secret:NAME}}, whose value is
+// ACCESS_KEY_ID:SECRET_ACCESS_KEY); header is then unused.
+type InjectRuleKind string
 
 // LifecycleAudit defines model for LifecycleAudit.
 type LifecycleAudit struct {
@@ -748,6 +804,30 @@ type Limits struct {
 	NetBps        int64   `json:"net_bps"`
 	OnTimeout     string  `json:"on_timeout"`
 }
+
+// Mount defines model for Mount.
+type Mount struct {
+	// Path The absolute guest path the mount appears at.
+	Path string `json:"path"`
+
+	// ReadOnly Refuse every change in the guest (EROFS).
+	ReadOnly bool `json:"read_only,omitempty"`
+
+	// Source The host directory (absolute) of a host mount.
+	Source string `json:"source,omitempty"`
+
+	// Type "host": a directory on the hostd machine, under one of the roots
+	// the operator allows (hostd's mount_roots). Every sandbox that
+	// mounts it, forks included, sees the same directory: writes are
+	// shared and the last writer wins.
+	Type MountType `json:"type"`
+}
+
+// MountType "host": a directory on the hostd machine, under one of the roots
+// the operator allows (hostd's mount_roots). Every sandbox that
+// mounts it, forks included, sees the same directory: writes are
+// shared and the last writer wins.
+type MountType string
 
 // MoveRequest defines model for MoveRequest.
 type MoveRequest struct {

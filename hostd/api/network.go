@@ -48,7 +48,7 @@ func toPolicy(in *NetworkPolicyInput) *egress.Policy {
 		p.Mode = egress.Mode(*in.Mode)
 	}
 	for _, r := range in.Inject {
-		p.Inject = append(p.Inject, egress.InjectRule{Host: r.Host, Header: r.Header, Value: r.Value})
+		p.Inject = append(p.Inject, egress.InjectRule{Host: r.Host, Header: r.Header, Value: r.Value, Kind: injectKind(r.Kind)})
 	}
 	return p
 }
@@ -63,7 +63,7 @@ func fromPolicy(p egress.Policy) NetworkPolicy {
 		out.AllowPorts = []int{}
 	}
 	for _, r := range p.Inject {
-		out.Inject = append(out.Inject, InjectRule{Host: r.Host, Header: r.Header, Value: r.Value})
+		out.Inject = append(out.Inject, InjectRule{Host: r.Host, Header: r.Header, Value: r.Value, Kind: InjectRuleKind(r.Kind)})
 	}
 	return out
 }
@@ -115,7 +115,7 @@ func (s *server) PatchSandboxNetwork(w http.ResponseWriter, r *http.Request, id 
 	if req.Inject != nil {
 		p.Inject = nil
 		for _, r := range *req.Inject {
-			p.Inject = append(p.Inject, egress.InjectRule{Host: r.Host, Header: r.Header, Value: r.Value})
+			p.Inject = append(p.Inject, egress.InjectRule{Host: r.Host, Header: r.Header, Value: r.Value, Kind: injectKind(r.Kind)})
 		}
 	}
 	p, err = s.net.SetNetworkPolicy(r.Context(), id, p)
@@ -192,4 +192,13 @@ func secretError(err error) error {
 		return &apiError{status: http.StatusBadRequest, code: CodeInvalidRequest, msg: "bad secret", err: err}
 	}
 	return err
+}
+
+// injectKind is the egress kind of an API rule kind ("header" is the
+// default, "").
+func injectKind(k InjectRuleKind) string {
+	if k == "header" {
+		return ""
+	}
+	return string(k)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
@@ -47,6 +48,7 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		Template:  req.Template,
 		Limits:    limitsOf(req),
 		Caller:    KeyName(r.Context()),
+		Mounts:    toMounts(req.Mounts),
 	})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -136,4 +138,13 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any, allowE
 		return badRequest(CodeBadBody, "trailing data after the JSON body")
 	}
 	return nil
+}
+
+// toMounts converts the request's mounts.
+func toMounts(in []Mount) []mounts.Spec {
+	out := make([]mounts.Spec, 0, len(in))
+	for _, m := range in {
+		out = append(out, mounts.Spec{Type: string(m.Type), Source: m.Source, Path: m.Path, ReadOnly: m.ReadOnly})
+	}
+	return out
 }

@@ -141,6 +141,24 @@ func (p *Proxy) inject(r *http.Request, rules []InjectRule, pol *compiled) error
 		return values[name], nil
 	}
 	for _, rule := range rules {
+		if rule.Kind == KindAWS {
+			// Before the placeholder swap, which must not touch the
+			// guest's Authorization; the secret goes into no header.
+			name := rule.Secrets()[0]
+			b, err := p.opts.Secrets.SecretValue(r.Context(), name)
+			if err != nil {
+				return fmt.Errorf("secret %q: %w", name, err)
+			}
+			if err := resignAWS(r.Context(), r, name, string(b), pol.Placeholders); err != nil {
+				return err
+			}
+			continue
+		}
+	}
+	for _, rule := range rules {
+		if rule.Kind == KindAWS {
+			continue
+		}
 		v := rule.Value
 		for _, name := range rule.Secrets() {
 			s, err := secret(name)

@@ -52,10 +52,13 @@ type Policy struct {
 
 // InjectRule sets Header to Value on every request to Host (exact or
 // wildcard). Value may reference secrets as {{secret:NAME}}.
+//
+// Kind KindAWS re-signs AWS SigV4 requests instead (sigv4.go).
 type InjectRule struct {
 	Host   string `json:"host"`
 	Header string `json:"header"`
 	Value  string `json:"value"`
+	Kind   string `json:"kind,omitempty"`
 }
 
 var secretRef = regexp.MustCompile(`\{\{secret:([A-Za-z0-9_.-]+)\}\}`)
@@ -94,6 +97,15 @@ func (p Policy) Validate() error {
 	for _, r := range p.Inject {
 		if err := validDomainPattern(r.Host); err != nil {
 			return err
+		}
+		if r.Kind == KindAWS {
+			if len(r.Secrets()) != 1 {
+				return fmt.Errorf("%w: aws rule for %q: value must name one secret as {{secret:NAME}}", ErrInvalidPolicy, r.Host)
+			}
+			continue
+		}
+		if r.Kind != "" {
+			return fmt.Errorf("%w: inject rule for %q: unknown kind %q", ErrInvalidPolicy, r.Host, r.Kind)
 		}
 		if r.Header == "" || strings.ContainsAny(r.Header, " :\r\n") || strings.ContainsAny(r.Value, "\r\n") {
 			return fmt.Errorf("%w: inject rule for %q: bad header", ErrInvalidPolicy, r.Host)

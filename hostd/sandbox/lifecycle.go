@@ -27,6 +27,10 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		return nil, m.notFound(err, id)
 	}
 	pol := m.nets.inherited(ctx, id)
+	mnts, err := m.mnts.saved(parent.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: fork %s: mounts: %w", id, err)
+	}
 	sn, err := m.Snapshot(ctx, id, SnapshotOptions{Kind: "fork"})
 	if err != nil {
 		return nil, err
@@ -43,7 +47,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol, Limits: m.limitsOf(ctx, id)})
+			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol, Limits: m.limitsOf(ctx, id), Mounts: mnts})
 		}()
 	}
 	wg.Wait()
@@ -163,6 +167,9 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	if err == nil {
 		b.vm = vm
 		err = m.wake(ctx, b, false)
+	}
+	if err == nil {
+		err = m.resumeMounts(ctx, b, rec.Dir)
 	}
 	if err != nil {
 		b.removeCgroup()

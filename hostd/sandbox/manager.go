@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/disk"
+	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
@@ -66,6 +67,9 @@ type Options struct {
 	// EventRetention, if set, is how long events are kept (the reaper
 	// drops older ones); zero keeps them.
 	EventRetention time.Duration
+	// Mounts is the operator's mount policy (the host roots that host
+	// mounts may use).
+	Mounts mounts.Config
 }
 
 // Validate checks the options.
@@ -101,6 +105,8 @@ type Manager struct {
 	rec   flight
 	// limits resolves requests' limits (it knows the base image's size).
 	limits limitPolicy
+	// mnts serves the sandboxes' mounts (mounts.go).
+	mnts mountSets
 
 	// bgMu guards closed and the adding to bg: Close waits for bg, the
 	// goroutines of background work (watchers, pool refills, timers).
@@ -172,6 +178,7 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps}
 	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
 	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
+	m.mnts = mountSets{cfg: opts.Mounts}
 	if err := opts.VMMOwner.openDirs(opts.DataDir); err != nil {
 		return nil, err
 	}
@@ -227,7 +234,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
-	if opts.Template != "" && m.limits.isDefault(opts.Limits) {
+	if opts.Mounts, err = m.mnts.validate(opts.Mounts); err != nil {
+		return Info{}, err
+	}
+	if opts.Template != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
 		if b, rec, ok := m.claim(ctx, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
 				m.teardown(b, err)
@@ -261,6 +271,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		b, err = m.restore(ctx, rec, *src, true)
 	default:
 		b, err = m.boot(ctx, rec)
+	}
+	if err == nil {
+		if err = m.mnts.start(ctx, b, opts.Mounts); err != nil {
+			_ = b.vm.Stop(context.WithoutCancel(ctx))
+			b.end(err)
+		}
 	}
 	if err != nil {
 		m.log.Error("create failed", "sandbox_id", id, "err", err)

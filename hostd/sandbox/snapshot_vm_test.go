@@ -22,7 +22,7 @@ import (
 )
 
 // newManager returns a real manager (QEMU, TCG, SQLite) on a fresh data dir.
-func newManager(t *testing.T, data string) *sandbox.Manager {
+func newManager(t *testing.T, data string, tweaks ...func(*sandbox.Options)) *sandbox.Manager {
 	t.Helper()
 	a := vmmtest.FindAssets(t)
 	ctx := context.Background()
@@ -40,8 +40,12 @@ func newManager(t *testing.T, data string) *sandbox.Manager {
 		t.Fatal(err)
 	}
 	base, _ := filepath.EvalSymlinks(a.BaseImage)
-	m, err := sandbox.New(sandbox.Options{Driver: d, Store: st, DataDir: data, Kernel: a.Kernel,
-		Initramfs: a.Initramfs, BaseImage: base, DefaultMemoryMiB: 256, Logger: log})
+	opts := sandbox.Options{Driver: d, Store: st, DataDir: data, Kernel: a.Kernel,
+		Initramfs: a.Initramfs, BaseImage: base, DefaultMemoryMiB: 256, Logger: log}
+	for _, tw := range tweaks {
+		tw(&opts)
+	}
+	m, err := sandbox.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/snapshot"
 )
 
@@ -105,6 +106,10 @@ type CreateOptions struct {
 	Limits Limits
 	// Caller names the API key that asked, for its maximums ("" = none).
 	Caller string
+	// Mounts are external data the guest sees as directories (hostd/mounts):
+	// checked against the operator's policy before anything is made, and
+	// served again after every restore, fork and resume.
+	Mounts []mounts.Spec
 }
 
 // Info describes a sandbox.

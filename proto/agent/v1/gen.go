@@ -1,5 +1,7 @@
-// Package agentv1 is the generated host ↔ guest protocol (see agent.proto).
+// Package agentv1 is the generated host ↔ guest protocol (see agent.proto
+// and mount.proto).
 package agentv1
 
 //go:generate protoc --go_out=paths=source_relative:. --go-ttrpc_out=paths=source_relative:. -I . agent.proto
-//go:generate go run ../../../internal/tools/undoc agent.pb.go agent_ttrpc.pb.go
+//go:generate protoc --go_out=paths=source_relative:. --go-ttrpc_out=paths=source_relative:. -I . mount.proto
+//go:generate go run ../../../internal/tools/undoc agent.pb.go agent_ttrpc.pb.go mount.pb.go mount_ttrpc.pb.go

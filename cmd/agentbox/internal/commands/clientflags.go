@@ -72,6 +72,7 @@ func sandboxFlags() []cli.Flag {
 		&cli.StringMapFlag{Name: "env", Usage: "environment of the sandbox's commands, `KEY=VALUE` (repeatable)"},
 		&cli.StringMapFlag{Name: "metadata", Usage: "a label stored with the sandbox, `KEY=VALUE` (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", Usage: "delete the sandbox after this long (e.g. 30m; default: never)"},
+		mountFlag(),
 	}, append(limitFlags(), networkFlags()...)...)
 }
 
@@ -88,6 +89,10 @@ func createRequest(cmd *cli.Command) (client.CreateSandboxRequest, error) {
 		return req, fmt.Errorf("--timeout %v is negative", t)
 	}
 	setLimits(cmd, &req)
+	var err error
+	if req.Mounts, err = parseMounts(cmd.StringSlice("mount")); err != nil {
+		return req, err
+	}
 	return req, applyNetworkFlags(cmd, &req)
 }
 

@@ -53,6 +53,7 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "network", Value: "proxy", Usage: "sandbox networking: proxy (a NIC behind the egress proxy) or off (no NICs)",
 				Sources: cli.EnvVars("AGENTBOX_NETWORK"), Validator: oneOf("proxy", "off")},
 			&cli.StringMapFlag{Name: "egress-host", Usage: "resolve an upstream `NAME=ADDRESS` for the egress proxy before the host's resolver (repeatable)"},
+			&cli.StringSliceFlag{Name: "mount-root", Usage: "allow sandboxes' host mounts under this host `DIR` (repeatable; none: no host mounts)", Sources: cli.EnvVars("AGENTBOX_MOUNT_ROOTS")},
 			&cli.StringFlag{Name: "egress-upstream-ca", Usage: "PEM `FILE` of extra roots the egress proxy trusts for upstream TLS"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -81,6 +82,7 @@ func Command() *cli.Command {
 				EgressUpstreamCA: cmd.String("egress-upstream-ca"),
 				Logger:           log,
 				VMMUser:          cmd.String("vmm-user"),
+				MountRoots:       cmd.StringSlice("mount-root"),
 			}
 			if p := cmd.String("limits"); p != "" {
 				if err := hostd.LoadLimits(p, &cfg); err != nil {

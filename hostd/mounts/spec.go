@@ -1,0 +1,165 @@
+// Package mounts is hostd's side of sandbox mounts: it checks the mounts a
+// create asks for against the operator's configuration, opens their sources
+// (a host directory today) and serves the guest's FUSE operations on a
+// stream of the agent channel (the Mounts ttrpc service of
+// proto/agent/v1/mount.proto, with the guest as client).
+//
+// Everything from the guest is untrusted: paths are resolved beneath the
+// mount's source with os.Root (no "..", no symlink out), sizes are bounded,
+// a connection serves a few calls at a time (a guest that floods its mounts
+// waits on itself), and read-only mounts refuse every change with EROFS.
+//
+// Fork semantics: a host directory is the operator's data, not the
+// sandbox's, so every sandbox that mounts it (forks included) sees the same
+// directory: writes are shared, last writer wins, and nothing is copied.
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// ErrInvalid rejects a mount that the request got wrong or the operator does
+// not allow; the API answers it with 400.
+var ErrInvalid = errors.New("mounts: invalid mount")
+
+// Mount types.
+const (
+	TypeHost = "host"
+)
+
+// MaxMounts is the most mounts one sandbox may have.
+const MaxMounts = 16
+
+// Spec is one mount a create asks for.
+type Spec struct {
+	// Type is "host".
+	Type string `json:"type"`
+	// Source is the host directory (absolute) of a host mount.
+	Source string `json:"source,omitempty"`
+	// Path is the absolute guest path the mount appears at.
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// Config is the operator's mount policy.
+type Config struct {
+	// HostRoots are the host directories under which host mounts may take
+	// their source; none disables host mounts.
+	HostRoots []string
+}
+
+// reservedTrees are guest paths that no mount may cover or go under: the
+// kernel's and the agent's own filesystems.
+var reservedTrees = []string{"/proc", "/sys", "/dev", "/run"}
+
+// reservedDirs may not be mounted over as a whole (they hold the guest's
+// system), though a mount may go beneath them.
+var reservedDirs = []string{"/", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc", "/boot", "/var", "/tmp", "/root", "/home", "/newroot"}
+
+// Validate checks specs against c and returns them with their host sources
+// resolved (symlinks followed). Every error wraps ErrInvalid and says why.
+func (c Config) Validate(specs []Spec) ([]Spec, error) {
+	if len(specs) > MaxMounts {
+		return nil, fmt.Errorf("%w: at most %d mounts, got %d", ErrInvalid, MaxMounts, len(specs))
+	}
+	out := make([]Spec, 0, len(specs))
+	for i, s := range specs {
+		if err := checkGuestPath(s.Path); err != nil {
+			return nil, fmt.Errorf("%w: mounts[%d]: %v", ErrInvalid, i, err)
+		}
+		for _, o := range out {
+			if within(s.Path, o.Path) || within(o.Path, s.Path) {
+				return nil, fmt.Errorf("%w: mounts[%d]: path %s overlaps mount %s", ErrInvalid, i, s.Path, o.Path)
+			}
+		}
+		switch s.Type {
+		case TypeHost:
+			src, err := c.hostSource(s.Source)
+			if err != nil {
+				return nil, fmt.Errorf("%w: mounts[%d]: %v", ErrInvalid, i, err)
+			}
+			s.Source = src
+		default:
+			return nil, fmt.Errorf("%w: mounts[%d]: unknown type %q (want %q)", ErrInvalid, i, s.Type, TypeHost)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// checkGuestPath accepts an absolute, clean guest path outside the reserved
+// trees and other than a reserved directory.
+func checkGuestPath(p string) error {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Errorf("path %q is not absolute", p)
+	case hasDotDot(p):
+		return fmt.Errorf("path %q contains ..", p)
+	case filepath.Clean(p) != p:
+		return fmt.Errorf("path %q is not clean", p)
+	case len(p) > 1024:
+		return fmt.Errorf("path is longer than 1024 bytes")
+	}
+	for _, r := range reservedTrees {
+		if within(p, r) {
+			return fmt.Errorf("path %s is under %s, which the guest kernel and agent own", p, r)
+		}
+	}
+	if slices.Contains(reservedDirs, p) {
+		return fmt.Errorf("path %s would hide the guest's system directory", p)
+	}
+	return nil
+}
+
+// hostSource resolves a host mount's source and checks that it is a
+// directory under one of the allowed roots.
+func (c Config) hostSource(src string) (string, error) {
+	switch {
+	case len(c.HostRoots) == 0:
+		return "", errors.New("host mounts are not enabled on this hostd (no allowed host roots configured)")
+	case !filepath.IsAbs(src):
+		return "", fmt.Errorf("source %q is not an absolute path", src)
+	case hasDotDot(src):
+		return "", fmt.Errorf("source %q contains ..", src)
+	}
+	real, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return "", fmt.Errorf("source %s: %w", src, errors.Unwrap(err))
+	}
+	allowed := false
+	for _, r := range c.HostRoots {
+		rr, err := filepath.EvalSymlinks(r)
+		if err == nil && within(real, rr) {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return "", fmt.Errorf("source %s is not under an allowed host root (%s)", src, strings.Join(c.HostRoots, ", "))
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("source %s: %w", src, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("source %s is not a directory", src)
+	}
+	return real, nil
+}
+
+// within reports whether p is dir or lies beneath it.
+func within(p, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+"/")
+}
+
+func hasDotDot(p string) bool {
+	return slices.Contains(strings.Split(p, "/"), "..")
+}

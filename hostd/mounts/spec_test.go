@@ -1,0 +1,61 @@
+package mounts
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	root := t.TempDir()
+	data := filepath.Join(root, "data")
+	outside := t.TempDir()
+	for _, d := range []string{data, filepath.Join(data, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "link-out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{HostRoots: []string{root}}
+	ok, err := c.Validate([]Spec{{Type: TypeHost, Source: data, Path: "/data", ReadOnly: true}, {Type: TypeHost, Source: data + "/sub", Path: "/root/work"}})
+	if err != nil || len(ok) != 2 {
+		t.Fatalf("valid mounts: %v", err)
+	}
+	host := func(src, path string) []Spec { return []Spec{{Type: TypeHost, Source: src, Path: path}} }
+	for name, tc := range map[string]struct {
+		specs []Spec
+		why   string
+	}{
+		"outside the roots":  {host(outside, "/data"), "not under an allowed host root"},
+		"dotdot source":      {host(data+"/../data", "/data"), "contains .."},
+		"symlink out":        {host(filepath.Join(root, "link-out"), "/data"), "not under an allowed host root"},
+		"relative source":    {host("data", "/data"), "not an absolute path"},
+		"missing source":     {host(filepath.Join(root, "nope"), "/data"), "nope"},
+		"file source":        {host(filepath.Join(root, "file"), "/data"), "not a directory"},
+		"over proc":          {host(data, "/proc"), "under /proc"},
+		"under sys":          {host(data, "/sys/fs/x"), "under /sys"},
+		"under dev":          {host(data, "/dev/shm"), "under /dev"},
+		"agent run":          {host(data, "/run/agent"), "under /run"},
+		"root":               {host(data, "/"), "system directory"},
+		"usr":                {host(data, "/usr"), "system directory"},
+		"dotdot path":        {host(data, "/data/../etc"), "contains .."},
+		"relative path":      {host(data, "data"), "not absolute"},
+		"unknown type":       {[]Spec{{Type: "nfs", Path: "/data"}}, "unknown type"},
+		"overlapping mounts": {append(host(data, "/data"), host(data, "/data/x")...), "overlaps"},
+	} {
+		_, err := c.Validate(tc.specs)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("%s: got %v, want ErrInvalid saying %q", name, err, tc.why)
+		}
+	}
+	if _, err := (Config{}).Validate(host(data, "/data")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not enabled") {
+		t.Errorf("no roots: %v", err)
+	}
+}
