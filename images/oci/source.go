@@ -36,6 +36,10 @@ var ErrPlainHTTP = errors.New("oci: plain HTTP refused")
 // ErrBadRef refuses a reference that names no image.
 var ErrBadRef = errors.New("oci: bad image reference")
 
+// ErrRegistry wraps what a registry refused (an unknown reference, bad
+// credentials) or a registry that could not be reached.
+var ErrRegistry = errors.New("oci: registry")
+
 // SourceOptions say how to reach an image.
 type SourceOptions struct {
 	// Insecure names registries ("host:port") that may be reached over
@@ -180,7 +184,7 @@ func openRemote(ctx context.Context, ref string, opts SourceOptions) (*Image, er
 	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(pt),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
 	if err != nil {
-		return nil, fmt.Errorf("pull %s: %w", ref, err)
+		return nil, fmt.Errorf("%w: pull %s: %w", ErrRegistry, ref, err)
 	}
 	if opts.Progress != nil {
 		total := int64(0)
@@ -295,4 +299,16 @@ func (k dockerKeychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
 	}
 	return authn.FromConfig(authn.AuthConfig{Username: ac.Username, Password: ac.Password, Auth: ac.Auth,
 		IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken}), nil
+}
+
+// Keychain gives registry credentials (go-containerregistry's authn).
+type Keychain = authn.Keychain
+
+// RegistryOf returns the registry ("host:port") of a registry reference.
+func RegistryOf(ref string) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadRef, err)
+	}
+	return r.Context().RegistryStr(), nil
 }
