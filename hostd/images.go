@@ -50,5 +50,8 @@ func newImageTemplates(cfg Config, st *store.Store, svc sandbox.Service, box *se
 	if box != nil {
 		b.Secrets = box
 	}
+	if err := b.Bases.Sweep(); err != nil {
+		log.Warn("image builds left behind", "err", err)
+	}
 	return b, nil
 }

@@ -216,3 +216,17 @@ func run(ctx context.Context, bin string, args ...string) error {
 	}
 	return nil
 }
+
+// Sweep removes what builds interrupted by a crash left in Dir (call it
+// before any build starts).
+func (b *Builder) Sweep() error {
+	left, err := filepath.Glob(filepath.Join(b.Dir, ".build-*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range left {
+		errs = append(errs, os.RemoveAll(p))
+	}
+	return errors.Join(errs...)
+}
