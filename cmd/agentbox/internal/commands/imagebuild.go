@@ -77,4 +77,3 @@ func (p *buildBars) finish() {
 		p.bar = nil
 	}
 }
-
