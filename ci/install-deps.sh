@@ -12,6 +12,7 @@ PACKAGES=(
 	qemu-system-x86 # qemu-system-x86_64 -M microvm (TCG on these machines)
 	qemu-utils      # qemu-img: qcow2 bases and overlays
 	e2fsprogs       # mkfs.ext4 -d
+	busybox-static  # /bin/busybox: the busybox-only image of the OCI template test
 	# guest root filesystems
 	debootstrap
 	debian-archive-keyring # debootstrap verifies the Release file against it

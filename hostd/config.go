@@ -33,6 +33,8 @@ type Config struct {
 	Kernel    string
 	Initramfs string
 	BaseImage string
+	// Images configures templates built from OCI images (images.go).
+	Images ImageConfig
 	// VMM is auto, qemu or cloud-hypervisor.
 	VMM string
 	// Accel is auto, kvm or tcg (QEMU).

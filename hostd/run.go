@@ -108,8 +108,12 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return fmt.Errorf("hostd: %w", err)
 	}
 	defer ports.Close()
+	images, err := newImageTemplates(cfg, st, mgr.Service(), box, log)
+	if err != nil {
+		return fmt.Errorf("hostd: %w", err)
+	}
 	handler := api.New(api.Options{Manager: mgr.Service(), Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
-		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer})
+		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer, Images: images})
 	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }
 

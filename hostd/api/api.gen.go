@@ -363,6 +363,27 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
+// Defines values for TemplateBuildEventType.
+const (
+	TemplateBuildEventTypeDone     TemplateBuildEventType = "done"
+	TemplateBuildEventTypeError    TemplateBuildEventType = "error"
+	TemplateBuildEventTypeProgress TemplateBuildEventType = "progress"
+)
+
+// Valid indicates whether the value is a known member of the TemplateBuildEventType enum.
+func (e TemplateBuildEventType) Valid() bool {
+	switch e {
+	case TemplateBuildEventTypeDone:
+		return true
+	case TemplateBuildEventTypeError:
+		return true
+	case TemplateBuildEventTypeProgress:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WatchEventType.
 const (
 	WatchEventTypeCreate WatchEventType = "create"
@@ -544,11 +565,15 @@ type CreateSecretRequest struct {
 
 // CreateTemplateRequest defines model for CreateTemplateRequest.
 type CreateTemplateRequest struct {
-	Name string `json:"name"`
+	// Image An OCI image to build a template from.
+	Image *ImageSource `json:"image,omitempty"`
+	Name  string       `json:"name"`
 
 	// PoolSize Sandboxes kept restored and paused for fast creates (0 = none).
-	PoolSize   int    `json:"pool_size,omitempty"`
-	SnapshotID string `json:"snapshot_id"`
+	PoolSize int `json:"pool_size,omitempty"`
+
+	// SnapshotID The snapshot to name; exactly one of snapshot_id and image.
+	SnapshotID string `json:"snapshot_id,omitempty"`
 }
 
 // Error defines model for Error.
@@ -748,6 +773,24 @@ type Health struct {
 	//
 	// Example: qemu
 	VMM string `json:"vmm"`
+}
+
+// ImageSource An OCI image to build a template from.
+type ImageSource struct {
+	// FreeMiB Free space of the root filesystem (0 = 1024 MiB).
+	FreeMiB int `json:"free_mib,omitempty"`
+
+	// Insecure Allow plain HTTP to this registry (loopback registries always may).
+	Insecure bool `json:"insecure,omitempty"`
+
+	// MemoryMiB Memory of the template's sandboxes (0 = hostd's default).
+	MemoryMiB int `json:"memory_mib,omitempty"`
+
+	// Ref A registry reference (registry/repo:tag or registry/repo@sha256:...), or a path on hostd's machine, under a directory it imports from, of an OCI layout directory or a `docker save` tarball.
+	Ref string `json:"ref"`
+
+	// RegistrySecret A hostd secret holding the registry's credentials as user:password.
+	RegistrySecret string `json:"registry_secret,omitempty"`
 }
 
 // InjectRule defines model for InjectRule.
@@ -1098,12 +1141,44 @@ type SnapshotRequestKind string
 // Template defines model for Template.
 type Template struct {
 	CreatedAt time.Time `json:"created_at"`
-	Name      string    `json:"name"`
+
+	// Image The image a template was built from, and its config.
+	Image *TemplateImage `json:"image,omitempty"`
+	Name  string         `json:"name"`
 
 	// PoolReady Warm sandboxes ready now.
 	PoolReady  int    `json:"pool_ready"`
 	PoolSize   int    `json:"pool_size"`
 	SnapshotID string `json:"snapshot_id"`
+}
+
+// TemplateBuildEvent defines model for TemplateBuildEvent.
+type TemplateBuildEvent struct {
+	Current *int64     `json:"current,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
+
+	// Phase pull (bytes), unpack (layers), cached, build (the ext4 base), boot, snapshot.
+	Phase    *string                `json:"phase,omitempty"`
+	Template *Template              `json:"template,omitempty"`
+	Total    *int64                 `json:"total,omitempty"`
+	Type     TemplateBuildEventType `json:"type"`
+}
+
+// TemplateBuildEventType defines model for TemplateBuildEvent.Type.
+type TemplateBuildEventType string
+
+// TemplateImage The image a template was built from, and its config.
+type TemplateImage struct {
+	Cmd *[]string `json:"cmd,omitempty"`
+
+	// Digest The image's config digest (its id).
+	Digest       string             `json:"digest"`
+	Entrypoint   *[]string          `json:"entrypoint,omitempty"`
+	Env          *map[string]string `json:"env,omitempty"`
+	ExposedPorts *[]string          `json:"exposed_ports,omitempty"`
+	Ref          string             `json:"ref"`
+	User         *string            `json:"user,omitempty"`
+	WorkingDir   *string            `json:"working_dir,omitempty"`
 }
 
 // TemplateList defines model for TemplateList.
@@ -1432,7 +1507,7 @@ type ServerInterface interface {
 	// ListTemplates List templates.
 	// (GET /v1/templates)
 	ListTemplates(w http.ResponseWriter, r *http.Request)
-	// CreateTemplate Name a snapshot as a template, with a warm pool.
+	// CreateTemplate Name a snapshot as a template, with a warm pool, or build one from an OCI image.
 	// (POST /v1/templates)
 	CreateTemplate(w http.ResponseWriter, r *http.Request)
 	// DeleteTemplate Delete a template and its warm pool (not its snapshot).

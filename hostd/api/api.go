@@ -86,6 +86,9 @@ type Options struct {
 	// Tracer starts a span for every request, continuing the caller's
 	// traceparent; nil starts none (events then carry the caller's ids).
 	Tracer trace.Tracer
+	// Images builds templates from OCI images; nil answers such builds
+	// with 501.
+	Images ImageTemplates
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -108,6 +111,7 @@ type server struct {
 	metrics http.Handler
 	events  EventLog
 	tracer  trace.Tracer
+	images  ImageTemplates
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -119,7 +123,7 @@ func New(opts Options) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
-		events: opts.Events, tracer: opts.Tracer}
+		events: opts.Events, tracer: opts.Tracer, images: opts.Images}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

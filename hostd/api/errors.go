@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/images/oci"
 )
 
 // Error codes: stable, snake_case, listed in openapi.yaml's description.
@@ -39,6 +40,9 @@ const (
 	CodeSnapshotInUse     = "snapshot_in_use"
 	CodeSnapshotCorrupt   = "snapshot_corrupt"
 	CodeSandboxPaused     = "sandbox_paused"
+	CodeBadImage          = "bad_image"
+	CodeImageTooLarge     = "image_too_large"
+	CodeRegistry          = "registry_error"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -84,6 +88,13 @@ var statusRules = []struct {
 	{sandbox.ErrBadArchive, http.StatusBadRequest, CodeInvalidArchive},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},
+	{oci.ErrBadRef, http.StatusBadRequest, CodeInvalidRequest},
+	{oci.ErrPlainHTTP, http.StatusBadRequest, CodeInvalidRequest},
+	{oci.ErrTooLarge, http.StatusUnprocessableEntity, CodeImageTooLarge},
+	{oci.ErrNotImage, http.StatusUnprocessableEntity, CodeBadImage},
+	{oci.ErrDigest, http.StatusUnprocessableEntity, CodeBadImage},
+	{oci.ErrUnsafePath, http.StatusUnprocessableEntity, CodeBadImage},
+	{oci.ErrRegistry, http.StatusBadGateway, CodeRegistry},
 	{syscall.EISDIR, http.StatusBadRequest, CodeIsDirectory},
 	{syscall.ENOTDIR, http.StatusBadRequest, CodeNotADirectory},
 	{syscall.ENOTEMPTY, http.StatusConflict, CodeDirectoryNotEmpty},

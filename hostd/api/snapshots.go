@@ -109,6 +109,14 @@ func (s *server) CreateTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.Image != nil {
+		s.buildTemplate(w, r, req)
+		return
+	}
+	if req.SnapshotID == "" {
+		s.writeError(w, r, badRequest(CodeInvalidRequest, "snapshot_id or image is required"))
+		return
+	}
 	t, err := s.m.CreateTemplate(r.Context(), req.Name, req.SnapshotID, req.PoolSize)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -125,7 +133,7 @@ func (s *server) ListTemplates(w http.ResponseWriter, r *http.Request) {
 	}
 	list := TemplateList{Templates: make([]Template, 0, len(ts))}
 	for _, t := range ts {
-		list.Templates = append(list.Templates, toTemplate(t))
+		list.Templates = append(list.Templates, s.withImage(r.Context(), toTemplate(t)))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -136,7 +144,7 @@ func (s *server) GetTemplate(w http.ResponseWriter, r *http.Request, name string
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toTemplate(t))
+	writeJSON(w, http.StatusOK, s.withImage(r.Context(), toTemplate(t)))
 }
 
 func (s *server) DeleteTemplate(w http.ResponseWriter, r *http.Request, name string) {

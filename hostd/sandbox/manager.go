@@ -270,7 +270,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	case src != nil:
 		b, err = m.restore(ctx, rec, *src, true)
 	default:
-		b, err = m.boot(ctx, rec)
+		b, err = m.boot(ctx, rec, opts.BaseImage)
 	}
 	if err == nil {
 		if err = m.mnts.start(ctx, b, opts.Mounts); err != nil {
@@ -327,14 +327,18 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	return info, nil
 }
 
-// boot makes the sandbox's disk, starts its VM and connects its agent.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
+// boot makes the sandbox's disk on base ("" for hostd's base image),
+// starts its VM and connects its agent.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, base string) (*box, error) {
+	if base == "" {
+		base = m.opts.BaseImage
+	}
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	b := m.newBox(ctx, rec)
 	b.overlay = b.nextOverlay()
-	if err := disk.CreateOverlay(ctx, m.opts.BaseImage, b.overlay, 0); err != nil {
+	if err := disk.CreateOverlay(ctx, base, b.overlay, 0); err != nil {
 		return nil, err
 	}
 	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {

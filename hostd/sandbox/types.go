@@ -102,6 +102,12 @@ type CreateOptions struct {
 	// (its vcpus and memory win) instead of booting the base image.
 	Snapshot string
 	Template string
+	// BaseImage, if set, is the read-only qcow2 base a booted sandbox's
+	// disk overlays instead of hostd's base image (a template built from
+	// an OCI image boots its own base once; its snapshot's layers then
+	// keep that base as their backing file). Set by hostd, never by API
+	// callers.
+	BaseImage string
 	// Limits are the sandbox's resource limits and lifecycle options.
 	Limits Limits
 	// Caller names the API key that asked, for its maximums ("" = none).

@@ -122,6 +122,8 @@ var migrations = []string{
 	// 5: the flight recorder's one ordered event log (events.go); the
 	// network audit rows move into it.
 	eventsSchema,
+	// 6: the image a template was built from (templateimages.go).
+	templateImagesSchema,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

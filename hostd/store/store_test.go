@@ -183,3 +183,30 @@ func TestConcurrentWrites(t *testing.T) {
 		t.Errorf("list: got %d, %v, want 100", len(list), err)
 	}
 }
+
+func TestTemplateImage(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.PutTemplate(ctx, Template{Name: "bb", SnapshotID: "sn-1", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ti := TemplateImage{Name: "bb", SnapshotID: "sn-1", Ref: "r/bb:1", Digest: "sha256:ab", Base: "/b.qcow2", Config: []byte(`{"user":"1"}`)}
+	if err := s.PutTemplateImage(ctx, ti); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTemplateImage(ctx, "bb")
+	if err != nil || got.Ref != ti.Ref || string(got.Config) != `{"user":"1"}` {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	// Renamed onto another snapshot, the template no longer is the image's.
+	if err := s.PutTemplate(ctx, Template{Name: "bb", SnapshotID: "sn-2", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTemplateImage(ctx, "bb"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the template moved: %v, want ErrNotFound", err)
+	}
+}

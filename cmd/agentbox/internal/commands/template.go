@@ -26,15 +26,16 @@ func templateBuildCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "build",
 		Usage: "build a template from a blueprint, reusing cached steps; progress goes to stderr, the name to stdout",
-		UsageText: "agentbox template build [-f blueprint.yaml] [--pool N] [--no-cache] NAME\n\n" +
+		UsageText: "agentbox template build [-f blueprint.yaml] [--pool N] [--no-cache] NAME\n" +
+			"agentbox template build --image REF [--pool N] [--insecure-registry] [--registry-secret S] NAME\n\n" +
 			"A blueprint is YAML: `base: debian-bookworm` (or `template: NAME`), optional vcpus and\n" +
 			"memory_mib, and steps, each one of `run: CMD`, `copy: {src: LOCAL, dest: /PATH}`,\n" +
 			"`env: {K: V}` or `workdir: /PATH`. Copy sources are relative to the blueprint file.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: "blueprint.yaml", Usage: "the blueprint"},
 			&cli.IntFlag{Name: "pool", Usage: "warm sandboxes to keep ready"},
 			&cli.BoolFlag{Name: "no-cache", Usage: "run every step, even those with a cached snapshot"},
-		},
+		}, imageFlags()...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			name, err := oneArg(cmd, "the template's name")
 			if err != nil {
@@ -42,6 +43,17 @@ func templateBuildCommand() *cli.Command {
 			}
 			if cmd.Int("pool") < 0 {
 				return fmt.Errorf("build: --pool %d is negative", cmd.Int("pool"))
+			}
+			if cmd.String("image") != "" {
+				c, err := newClient(cmd)
+				if err != nil {
+					return err
+				}
+				t, err := buildFromImage(ctx, cmd, c, name)
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, t, t.Name)
 			}
 			file := cmd.String("file")
 			bp, err := blueprint.ParseFile(file)

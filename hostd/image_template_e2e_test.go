@@ -1,0 +1,151 @@
+//go:build vm
+
+package hostd_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+// busyboxImage is an image of Debian's static busybox alone: no libc, no
+// shell but busybox's, no /etc.
+func busyboxImage(t *testing.T) v1.Image {
+	t.Helper()
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skipf("busybox-static not installed: %v", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mtime := time.Unix(1700000000, 0)
+	hdrs := []*tar.Header{{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "work/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}}
+	for _, app := range []string{"sh", "echo", "cat", "ls", "pwd", "id"} {
+		hdrs = append(hdrs, &tar.Header{Name: "bin/" + app, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
+	}
+	for _, h := range hdrs {
+		h.ModTime = mtime
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "bin/busybox" {
+			tw.Write(bb)
+		}
+	}
+	tw.Close()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := img.ConfigFile()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config = v1.Config{Env: []string{"PATH=/bin", "GREETING=from-image"}, WorkingDir: "/work", Cmd: []string{"sh"},
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}}}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// TestImageTemplate builds a template from a busybox-only image served by
+// a registry on loopback, starts a sandbox from it, and runs commands and
+// file calls there; bad references fail cleanly first.
+func TestImageTemplate(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	ref := u.Host + "/busybox:1"
+	r, _ := name.ParseReference(ref)
+	if err := remote.Write(r, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	c, data := startHostd(t)
+	ctx := context.Background()
+
+	// Bad input: a clear error, no template, no cached base, hostd healthy.
+	_, err := c.BuildTemplateFromImage(ctx, "nope", 0, client.ImageSource{Ref: u.Host + "/missing:1"}, nil)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Code != "registry_error" || !strings.Contains(ae.Message, "missing") {
+		t.Errorf("unknown reference: %v, want a registry_error naming it", err)
+	}
+	if _, err := c.BuildTemplateFromImage(ctx, "nope", 0, client.ImageSource{Ref: "/etc/passwd"}, nil); !errors.As(err, &ae) || ae.Code != "invalid_request" {
+		t.Errorf("a local path outside the import dirs: %v, want invalid_request", err)
+	}
+	if _, err := c.GetTemplate(ctx, "nope"); err == nil {
+		t.Error("a failed build left a template")
+	}
+
+	start := time.Now()
+	var phases []string
+	tpl, err := c.BuildTemplateFromImage(ctx, "bb", 0, client.ImageSource{Ref: ref, FreeMiB: 64}, func(ev client.BuildEvent) {
+		if ev.Phase != nil && (len(phases) == 0 || phases[len(phases)-1] != *ev.Phase) {
+			phases = append(phases, *ev.Phase)
+		}
+	})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Logf("template from image built in %v (phases %v)", time.Since(start).Round(time.Millisecond), phases)
+	if tpl.Image == nil || !strings.HasPrefix(tpl.Image.Digest, "sha256:") || tpl.Image.ExposedPorts == nil || (*tpl.Image.ExposedPorts)[0] != "8080/tcp" {
+		t.Errorf("template image: %+v", tpl.Image)
+	}
+	if got, _ := filepath.Glob(filepath.Join(data, "images", "*.qcow2")); len(got) != 1 {
+		t.Errorf("cached bases: %v, want one", got)
+	}
+
+	start = time.Now()
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "bb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sandbox from the image template started in %v", time.Since(start).Round(time.Millisecond))
+	if r := mustExec(t, c, sb.ID, "echo", "hi"); r.Stdout != "hi\n" || r.ExitCode != 0 {
+		t.Errorf("echo: %+v", r)
+	}
+	if r := mustExec(t, c, sb.ID, "sh", "-c", "echo $GREETING; pwd"); r.Stdout != "from-image\n/work\n" {
+		t.Errorf("the image's env and working dir: %q", r.Stdout)
+	}
+	if err := c.WriteFile(ctx, sb.ID, "/work/note.txt", 0o644, strings.NewReader("written through the API\n")); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustExec(t, c, sb.ID, "cat", "/work/note.txt"); r.Stdout != "written through the API\n" {
+		t.Errorf("cat: %q", r.Stdout)
+	}
+	mustExec(t, c, sb.ID, "sh", "-c", "echo from the guest > /tmp/out")
+	var out bytes.Buffer
+	if err := c.ReadFile(ctx, sb.ID, "/tmp/out", &out); err != nil || out.String() != "from the guest\n" {
+		t.Errorf("read back: %q, %v", out.String(), err)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Errorf("hostd unhealthy: %v", err)
+	}
+}

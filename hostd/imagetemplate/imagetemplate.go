@@ -1,0 +1,185 @@
+// Package imagetemplate builds templates from OCI images: it makes the
+// image's read-only base (images/oci, cached by digest), boots a sandbox
+// on it once with the image's env and working directory, snapshots it,
+// names the snapshot a template (which gets a warm pool like any other)
+// and records the image and its config. A failed build leaves no template,
+// no image record and no build sandbox.
+package imagetemplate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/images/oci"
+)
+
+// Phases reported besides images/oci's.
+const (
+	PhaseBoot     = "boot"
+	PhaseSnapshot = "snapshot"
+)
+
+// Sandboxes is what a build needs of hostd's sandbox service.
+type Sandboxes interface {
+	Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.Info, error)
+	Delete(ctx context.Context, id string) error
+	Snapshot(ctx context.Context, id string, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error)
+	CreateTemplate(ctx context.Context, name, snapshotID string, poolSize int) (sandbox.TemplateInfo, error)
+	DeleteTemplate(ctx context.Context, name string) error
+}
+
+// Store records template images (hostd/store implements it).
+type Store interface {
+	PutTemplateImage(ctx context.Context, ti store.TemplateImage) error
+	GetTemplateImage(ctx context.Context, name string) (store.TemplateImage, error)
+}
+
+// Secrets gives registry credentials by secret name (hostd/secrets).
+type Secrets interface {
+	SecretValue(ctx context.Context, name string) ([]byte, error)
+}
+
+// Builder builds templates from images.
+type Builder struct {
+	Sandboxes Sandboxes
+	Store     Store
+	Secrets   Secrets // nil: requests naming a secret fail
+	Bases     *oci.Builder
+	// Source holds hostd's insecure registries, local import roots and
+	// Docker config keychain; a request adds to it.
+	Source oci.SourceOptions
+	Log    *slog.Logger
+}
+
+// Request is one build.
+type Request struct {
+	Name           string
+	Ref            string
+	Insecure       bool
+	RegistrySecret string
+	FreeMiB        int64
+	MemoryMiB      int
+	PoolSize       int
+}
+
+// Result is a built template and its image.
+type Result struct {
+	Template sandbox.TemplateInfo
+	Image    store.TemplateImage
+	Config   oci.Config
+}
+
+// ErrInvalid marks a bad request (no name, a secret that is not user:password).
+var ErrInvalid = sandbox.ErrInvalid
+
+// Build builds template req.Name from req.Ref, calling progress (if set)
+// as it goes.
+func (b *Builder) Build(ctx context.Context, req Request, progress func(oci.Progress)) (Result, error) {
+	if progress == nil {
+		progress = func(oci.Progress) {}
+	}
+	if req.Name == "" || req.Ref == "" {
+		return Result{}, fmt.Errorf("%w: a template name and an image reference are required", ErrInvalid)
+	}
+	src, err := b.sourceFor(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	src.Progress = progress
+	img, err := oci.Open(ctx, req.Ref, src)
+	if err != nil {
+		return Result{}, err
+	}
+	base, err := b.Bases.Build(ctx, img, oci.BuildOptions{FreeMiB: req.FreeMiB, Progress: progress})
+	if err != nil {
+		return Result{}, err
+	}
+	progress(oci.Progress{Phase: PhaseBoot})
+	sb, err := b.Sandboxes.Create(ctx, sandbox.CreateOptions{BaseImage: base.Path, MemoryMiB: req.MemoryMiB,
+		Metadata: map[string]string{"agentbox.template-build": req.Name}})
+	if err != nil {
+		return Result{}, fmt.Errorf("boot %s: %w", req.Ref, err)
+	}
+	defer func() {
+		if err := b.Sandboxes.Delete(context.WithoutCancel(ctx), sb.ID); err != nil {
+			b.Log.Warn("delete build sandbox", "sandbox_id", sb.ID, "err", err)
+		}
+	}()
+	progress(oci.Progress{Phase: PhaseSnapshot})
+	sn, err := b.Sandboxes.Snapshot(ctx, sb.ID, sandbox.SnapshotOptions{Kind: "step", CacheKey: "image:" + base.Digest,
+		Env: base.Config.Env, Cwd: base.Config.WorkingDir})
+	if err != nil {
+		return Result{}, fmt.Errorf("snapshot: %w", err)
+	}
+	t, err := b.Sandboxes.CreateTemplate(ctx, req.Name, sn.ID, req.PoolSize)
+	if err != nil {
+		return Result{}, err
+	}
+	cfg, _ := json.Marshal(base.Config)
+	ti := store.TemplateImage{Name: req.Name, SnapshotID: sn.ID, Ref: req.Ref, Digest: base.Digest, Base: base.Path, Config: cfg}
+	if err := b.Store.PutTemplateImage(ctx, ti); err != nil {
+		return Result{}, errors.Join(err, b.Sandboxes.DeleteTemplate(context.WithoutCancel(ctx), req.Name))
+	}
+	return Result{Template: t, Image: ti, Config: base.Config}, nil
+}
+
+// sourceFor adds the request's registry choices to hostd's.
+func (b *Builder) sourceFor(ctx context.Context, req Request) (oci.SourceOptions, error) {
+	src := b.Source
+	src.Insecure = append([]string(nil), src.Insecure...)
+	if req.Insecure || req.RegistrySecret != "" {
+		host, err := registryOf(req.Ref)
+		if err != nil {
+			return src, err
+		}
+		if req.Insecure {
+			src.Insecure = append(src.Insecure, host)
+		}
+		if req.RegistrySecret != "" {
+			kc, err := b.secretKeychain(ctx, host, req.RegistrySecret)
+			if err != nil {
+				return src, err
+			}
+			src.Keychain = kc
+		}
+	}
+	return src, nil
+}
+
+func (b *Builder) secretKeychain(ctx context.Context, host, name string) (oci.Keychain, error) {
+	if b.Secrets == nil {
+		return nil, fmt.Errorf("%w: this hostd keeps no secrets", ErrInvalid)
+	}
+	v, err := b.Secrets.SecretValue(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("registry secret %s: %w", name, err)
+	}
+	user, pass, ok := strings.Cut(string(v), ":")
+	if !ok {
+		return nil, fmt.Errorf("%w: registry secret %s is not user:password", ErrInvalid, name)
+	}
+	return oci.StaticKeychain(host, user, pass), nil
+}
+
+// registryOf returns the registry ("host:port") of a registry reference.
+func registryOf(ref string) (string, error) {
+	return oci.RegistryOf(ref)
+}
+
+// Image returns template name's image record and config, or an error
+// wrapping store.ErrNotFound.
+func (b *Builder) Image(ctx context.Context, name string) (store.TemplateImage, oci.Config, error) {
+	ti, err := b.Store.GetTemplateImage(ctx, name)
+	if err != nil {
+		return ti, oci.Config{}, err
+	}
+	var cfg oci.Config
+	err = json.Unmarshal(ti.Config, &cfg)
+	return ti, cfg, err
+}
