@@ -25,6 +25,7 @@ const ReadyMarker = "AGENTBOX-READY"
 // which ends the VM (hostd runs QEMU with -no-reboot).
 func Main() {
 	booted := time.Now()
+	ignoreSignals() // for PID 1's whole life
 	err := earlyMounts()
 	console := openConsole()
 	log := slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: slog.LevelInfo}))

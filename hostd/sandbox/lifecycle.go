@@ -162,10 +162,18 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	if err == nil {
 		b.vm = vm
-		err = errors.Join(m.placed(b), m.wake(ctx, b, false))
+		// From the moment the guest runs, its disk moves on from the saved
+		// memory: the record stops naming the paused state first, so a
+		// hostd that dies from here on does not bring that state back
+		// (Recover; until here a crash leaves the sandbox paused).
+		err = errors.Join(m.placed(b), m.forgetPaused(ctx, v))
+	}
+	if err == nil {
+		err = m.wake(ctx, b, false)
 	}
 	if err != nil {
 		b.removeCgroup()
+		_ = m.opts.Store.PutSandboxVM(context.WithoutCancel(ctx), v)
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
@@ -174,6 +182,12 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	os.RemoveAll(v.PauseDir)
 	m.log.Info("sandbox resumed", "sandbox_id", id)
 	return m.adopt(ctx, b, rec)
+}
+
+// forgetPaused records sandbox VM v without its paused state.
+func (m *Manager) forgetPaused(ctx context.Context, v store.SandboxVM) error {
+	v.PauseDir = ""
+	return m.opts.Store.PutSandboxVM(ctx, v)
 }
 
 func countOverlays(dir string) int {

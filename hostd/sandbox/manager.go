@@ -376,12 +376,22 @@ func (m *Manager) watch(b *box) {
 		return // deleted meanwhile
 	}
 	m.log.Warn("sandbox vm died", "sandbox_id", b.id, "vm_pid", b.vm.PID(), "err", err)
-	m.teardown(b, why)
+	// The disk stays: the sandbox is failed, its overlay, paused state and
+	// console log are kept until it is deleted (see README, "A failed
+	// sandbox").
+	m.stopBox(b, why)
 	_ = m.setState(context.Background(), b.id, StateFailed, why.Error(), 0)
 }
 
 // teardown ends everything a live sandbox owns: streams, VM, files.
 func (m *Manager) teardown(b *box, why error) {
+	m.stopBox(b, why)
+	removeDir(b.dir, m.log.With("sandbox_id", b.id))
+}
+
+// stopBox ends what a live sandbox holds on the host (streams, VM, cgroup,
+// network) but leaves its directory.
+func (m *Manager) stopBox(b *box, why error) {
 	b.end(why)
 	b.closeAgent()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -393,7 +403,6 @@ func (m *Manager) teardown(b *box, why error) {
 	b.settle()
 	b.removeCgroup()
 	m.nets.detach(b.id)
-	removeDir(b.dir, log)
 }
 
 func removeDir(dir string, log *slog.Logger) {
