@@ -87,7 +87,7 @@ func run(log *slog.Logger, booted time.Time) error {
 // with watchFiles, the file watcher too (agentbox.watch=off: hostd keeps no
 // flight recorder, so the guest need not pay for one).
 func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles bool) error {
-	srv, err := ttrpc.NewServer()
+	srv, err := ttrpc.NewServer(agent.ServerOptions()...)
 	if err != nil {
 		return fmt.Errorf("ttrpc server: %w", err)
 	}
