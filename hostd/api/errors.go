@@ -38,6 +38,14 @@ const (
 	CodeSnapshotInUse     = "snapshot_in_use"
 	CodeSnapshotCorrupt   = "snapshot_corrupt"
 	CodeSandboxPaused     = "sandbox_paused"
+	CodeSnapshotNotFound  = "snapshot_not_found"
+	CodeNameTooLong       = "name_too_long"
+	CodeCrossDevice       = "cross_device"
+	CodeNoSpace           = "no_space"
+	CodeReadOnly          = "read_only_filesystem"
+	CodeTooManyLinks      = "too_many_links"
+	CodeFileBusy          = "file_busy"
+	CodeFileTooLarge      = "file_too_large"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -73,6 +81,7 @@ var statusRules = []struct {
 	code   string
 }{
 	{auth.ErrUnauthorized, http.StatusUnauthorized, CodeUnauthorized},
+	{sandbox.ErrSnapshotNotFound, http.StatusNotFound, CodeSnapshotNotFound},
 	{sandbox.ErrNotFound, http.StatusNotFound, CodeSandboxNotFound},
 	{sandbox.ErrInUse, http.StatusConflict, CodeSnapshotInUse},
 	{sandbox.ErrCorrupt, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
@@ -85,6 +94,17 @@ var statusRules = []struct {
 	{syscall.EISDIR, http.StatusBadRequest, CodeIsDirectory},
 	{syscall.ENOTDIR, http.StatusBadRequest, CodeNotADirectory},
 	{syscall.ENOTEMPTY, http.StatusConflict, CodeDirectoryNotEmpty},
+	// Guest errnos that are the caller's doing, with their meaning (not
+	// EINVAL or EBUSY: from the host's own calls they would blame the
+	// caller for hostd's trouble).
+	{syscall.ENAMETOOLONG, http.StatusBadRequest, CodeNameTooLong},
+	{syscall.ELOOP, http.StatusBadRequest, CodeTooManyLinks},
+	{syscall.EXDEV, http.StatusConflict, CodeCrossDevice},
+	{syscall.EROFS, http.StatusConflict, CodeReadOnly},
+	{syscall.ETXTBSY, http.StatusConflict, CodeFileBusy},
+	{syscall.EFBIG, http.StatusRequestEntityTooLarge, CodeFileTooLarge},
+	{syscall.ENOSPC, http.StatusInsufficientStorage, CodeNoSpace},
+	{syscall.EDQUOT, http.StatusInsufficientStorage, CodeNoSpace},
 	{fs.ErrNotExist, http.StatusNotFound, CodeFileNotFound},
 	{fs.ErrPermission, http.StatusForbidden, CodePermissionDenied},
 	{fs.ErrExist, http.StatusConflict, CodeFileExists},

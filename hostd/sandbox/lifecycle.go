@@ -222,7 +222,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 
 func snapshotNotFound(err error, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
 	return err
 }

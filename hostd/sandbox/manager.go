@@ -200,8 +200,8 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 		return opts, fmt.Errorf("%w: vcpus must be 1..%d, got %d", ErrInvalid, m.opts.MaxVCPUs, opts.VCPUs)
 	case opts.MemoryMiB < 128 || opts.MemoryMiB > m.opts.MaxMemoryMiB:
 		return opts, fmt.Errorf("%w: memory_mib must be 128..%d, got %d", ErrInvalid, m.opts.MaxMemoryMiB, opts.MemoryMiB)
-	case opts.TimeoutS < 0:
-		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
+	case opts.TimeoutS < 0 || opts.TimeoutS > MaxTimeoutS:
+		return opts, fmt.Errorf("%w: timeout_s must be 0..%d", ErrInvalid, MaxTimeoutS)
 	}
 	if err := m.limits.checkSizes(opts); err != nil {
 		return opts, err
