@@ -590,7 +590,7 @@ type ExecResult struct {
 	Stderr string `json:"stderr"`
 	Stdout string `json:"stdout"`
 
-	// Truncated True when stdout or stderr was cut at 16 MiB.
+	// Truncated True when stdout or stderr was cut (at 16 MiB, or by hostd's 64 MiB bound on the collected output of concurrent commands).
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -1337,7 +1337,10 @@ type ClientInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -1380,7 +1383,10 @@ type ClientInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -1946,7 +1952,10 @@ func (c *Raw) ListExecs(ctx context.Context, id SandboxID, reqEditors ...Request
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //
@@ -1999,7 +2008,10 @@ func (c *Raw) ExecCommandWithBody(ctx context.Context, id SandboxID, params *Exe
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //
@@ -4790,7 +4802,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -4833,7 +4848,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -7285,7 +7303,10 @@ func (c *ClientWithResponses) ListExecsWithResponse(ctx context.Context, id Sand
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //
@@ -7334,7 +7355,10 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //

@@ -585,7 +585,7 @@ type ExecResult struct {
 	Stderr string `json:"stderr"`
 	Stdout string `json:"stdout"`
 
-	// Truncated True when stdout or stderr was cut at 16 MiB.
+	// Truncated True when stdout or stderr was cut (at 16 MiB, or by hostd's 64 MiB bound on the collected output of concurrent commands).
 	Truncated bool `json:"truncated,omitempty"`
 }
 

@@ -106,6 +106,8 @@ type server struct {
 	metrics http.Handler
 	events  EventLog
 	tracer  trace.Tracer
+	// collect bounds the output held by all collected execs (collect.go).
+	collect *outputBudget
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -117,7 +119,7 @@ func New(opts Options) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
-		events: opts.Events, tracer: opts.Tracer}
+		events: opts.Events, tracer: opts.Tracer, collect: newOutputBudget(maxCollectedTotal)}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,
