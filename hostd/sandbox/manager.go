@@ -302,6 +302,7 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	m.rec.resumeExecs(b)
 	m.spawn(func() { m.watch(b) })
 	m.spawn(func() { m.watchIdle(b) })
+	m.spawn(func() { m.keepClock(b) })
 	for _, execID := range due {
 		m.killExec(b.id, execID)
 	}
@@ -340,6 +341,9 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox) (*box, error) {
 	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		b.removeCgroup()
 		return nil, err
+	}
+	if err := setClock(ctx, b); err != nil { // see clock.go
+		m.log.Warn("guest clock not set", "sandbox_id", b.id, "err", err)
 	}
 	return b, nil
 }
