@@ -77,6 +77,7 @@ func TestStatusMapping(t *testing.T) {
 		{"EFBIG", pathErr(syscall.EFBIG), 413, CodeFileTooLarge},
 		{"ENOSPC", pathErr(syscall.ENOSPC), 507, CodeNoSpace},
 		{"EDQUOT", pathErr(syscall.EDQUOT), 507, CodeNoSpace},
+		{"agent lost", fmt.Errorf("exec: %w: closed", sandbox.ErrAgentLost), 502, CodeAgentLost},
 		{"snapshot not found", fmt.Errorf("create: %w: sn-1", sandbox.ErrSnapshotNotFound), 404, CodeSnapshotNotFound},
 		{"deadline", fmt.Errorf("agent: %w", context.DeadlineExceeded), 504, CodeTimeout},
 		{"other", errors.New("disk on fire"), 500, CodeInternal},

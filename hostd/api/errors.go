@@ -46,6 +46,7 @@ const (
 	CodeTooManyLinks      = "too_many_links"
 	CodeFileBusy          = "file_busy"
 	CodeFileTooLarge      = "file_too_large"
+	CodeAgentLost         = "agent_unreachable"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -88,6 +89,7 @@ var statusRules = []struct {
 	{sandbox.ErrPaused, http.StatusConflict, CodeSandboxPaused},
 	{sandbox.ErrDeleted, http.StatusConflict, CodeSandboxDeleted},
 	{sandbox.ErrNotRunning, http.StatusConflict, CodeSandboxNotRunning},
+	{sandbox.ErrAgentLost, http.StatusBadGateway, CodeAgentLost},
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},

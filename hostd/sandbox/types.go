@@ -69,6 +69,9 @@ var (
 	// ErrPaused is returned for calls that need a running sandbox while it
 	// is paused (resume it first).
 	ErrPaused = errors.New("sandbox: paused")
+	// ErrAgentLost is returned when the guest agent's connection closed
+	// while its VM runs on (the guest killed or replaced the agent).
+	ErrAgentLost = errors.New("sandbox: the guest agent's connection closed")
 )
 
 // State is a sandbox's lifecycle state.
