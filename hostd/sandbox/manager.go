@@ -303,6 +303,7 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	m.spawn(func() { m.watch(b) })
 	m.spawn(func() { m.watchIdle(b) })
 	m.spawn(func() { m.keepClock(b) })
+	m.spawn(func() { m.capConsole(b, filepath.Join(b.dir, "console.log")) })
 	for _, execID := range due {
 		m.killExec(b.id, execID)
 	}
