@@ -110,7 +110,7 @@ func TestHostileGuest(t *testing.T) {
 	})
 
 	t.Run("a listing over 4 MiB beside a streamed exec", func(t *testing.T) {
-		const n = 30000
+		const n = 15000
 		sh(t, m, sb.ID, "mkdir -p /root/many && cd /root/many && seq -f '%0150g' "+strconv.Itoa(n)+" | xargs touch")
 		streamed := make(chan string, 1)
 		go func() {
@@ -145,6 +145,30 @@ func TestHostileGuest(t *testing.T) {
 		}
 		if info, _ := m.Get(ctx, sb.ID); info.State != sandbox.StateRunning {
 			t.Fatalf("state %s (%s)", info.State, info.Error)
+		}
+	})
+
+	t.Run("a console flood is capped", func(t *testing.T) {
+		sh(t, m, sb.ID, "head -c 5000000 /dev/zero | tr '\\0' x > /dev/console; echo done")
+		log := filepath.Join(data, "sandboxes", sb.ID, "console.log")
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(log + ".1"); err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		old, err1 := os.Stat(log + ".1")
+		cur, err2 := os.Stat(log)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("console logs: %v, %v", err1, err2)
+		}
+		if cur.Size()+old.Size() > 5000000+1<<20 || cur.Size() >= 4<<20 {
+			t.Errorf("console.log %d bytes, console.log.1 %d bytes", cur.Size(), old.Size())
+		}
+		// The VMM appends at the new start: no hole where the old log was.
+		if st, ok := cur.Sys().(*syscall.Stat_t); ok && cur.Size() > 1<<20 && st.Blocks*512 < cur.Size()/2 {
+			t.Errorf("console.log is sparse: %d bytes in %d blocks", cur.Size(), st.Blocks)
 		}
 	})
 
