@@ -689,7 +689,7 @@ type ExecResult struct {
 	Stderr string `json:"stderr"`
 	Stdout string `json:"stdout"`
 
-	// Truncated True when stdout or stderr was cut at 16 MiB.
+	// Truncated True when stdout or stderr was cut (at 16 MiB, or by hostd's 64 MiB bound on the collected output of concurrent commands).
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -742,7 +742,14 @@ type FileAuditOp string
 // FileAuditSource defines model for FileAudit.Source.
 type FileAuditSource string
 
-// FileInfo defines model for FileInfo.
+// FileInfo A guest file. Linux names are bytes, not always UTF-8. When a name
+// or path is not valid UTF-8, `name` and `path` spell each byte that
+// is not part of a UTF-8 sequence as U+FFFD (for display), and
+// `raw_name` and `raw_path` carry the exact bytes, base64 (RFC 4648,
+// standard alphabet, padded). To address such a file, percent-encode
+// the decoded bytes of `raw_path` in the `path` query parameter
+// (e.g. `?path=/root/caf%E9.txt`). Both raw fields are absent for
+// UTF-8 names.
 type FileInfo struct {
 	IsDir   bool      `json:"is_dir"`
 	ModTime time.Time `json:"mod_time"`
@@ -751,7 +758,13 @@ type FileInfo struct {
 	Mode int    `json:"mode"`
 	Name string `json:"name"`
 	Path string `json:"path"`
-	Size int64  `json:"size"`
+
+	// RawName The name's exact bytes, base64; only when `name` is not valid UTF-8.
+	RawName *[]byte `json:"raw_name,omitempty"`
+
+	// RawPath The path's exact bytes, base64; only when `path` is not valid UTF-8.
+	RawPath *[]byte `json:"raw_path,omitempty"`
+	Size    int64   `json:"size"`
 }
 
 // FileList defines model for FileList.
@@ -1290,13 +1303,17 @@ type RemoveFileParams struct {
 	// Recursive Remove a directory and everything in it.
 	Recursive bool `form:"recursive,omitempty" json:"recursive,omitempty"`
 
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
 // ReadFileParams defines parameters for ReadFile.
 type ReadFileParams struct {
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
@@ -1305,7 +1322,9 @@ type WriteFileParams struct {
 	// Mode Permission bits in octal (default 0644).
 	Mode string `form:"mode,omitempty" json:"mode,omitempty"`
 
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
@@ -1326,19 +1345,25 @@ type PutArchiveParams struct {
 
 // ListDirParams defines parameters for ListDir.
 type ListDirParams struct {
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
 // MakeDirParams defines parameters for MakeDir.
 type MakeDirParams struct {
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
 // StatFileParams defines parameters for StatFile.
 type StatFileParams struct {
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
@@ -1347,7 +1372,9 @@ type WatchDirParams struct {
 	// Recursive Report changes in subdirectories too (default only direct children of `path`).
 	Recursive bool `form:"recursive,omitempty" json:"recursive,omitempty"`
 
-	// Path Absolute guest path without ".." elements.
+	// Path Absolute guest path without ".." elements. Percent-encoding carries
+	// any bytes, so a name that is not UTF-8 is spelled with its bytes
+	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
 
@@ -1546,7 +1573,10 @@ type ClientInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -1589,7 +1619,10 @@ type ClientInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -2206,7 +2239,10 @@ func (c *Raw) ListExecs(ctx context.Context, id SandboxID, reqEditors ...Request
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //
@@ -2259,7 +2295,10 @@ func (c *Raw) ExecCommandWithBody(ctx context.Context, id SandboxID, params *Exe
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //
@@ -5325,7 +5364,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -5368,7 +5410,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Without `stream`, hostd waits for the command to exit and returns its
 	// output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-	// beyond that the output is cut and `truncated` is true. Output is
+	// beyond that the output is cut and `truncated` is true. The collected
+	// output of all the commands running at once is bounded too (64 MiB per
+	// hostd): past that, output is cut the same way until one of them
+	// answers. Output is
 	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 	// for exact bytes.
 	//
@@ -8005,7 +8050,10 @@ func (c *ClientWithResponses) ListExecsWithResponse(ctx context.Context, id Sand
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //
@@ -8054,7 +8102,10 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 //
 // Without `stream`, hostd waits for the command to exit and returns its
 // output as an ExecResult. Each of stdout and stderr is kept up to 16 MiB;
-// beyond that the output is cut and `truncated` is true. Output is
+// beyond that the output is cut and `truncated` is true. The collected
+// output of all the commands running at once is bounded too (64 MiB per
+// hostd): past that, output is cut the same way until one of them
+// answers. Output is
 // decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
 // for exact bytes.
 //

@@ -26,6 +26,7 @@ const ReadyMarker = "AGENTBOX-READY"
 // which ends the VM (hostd runs QEMU with -no-reboot).
 func Main() {
 	booted := time.Now()
+	ignoreSignals() // for PID 1's whole life
 	err := earlyMounts()
 	console := openConsole()
 	log := slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -87,7 +88,7 @@ func run(log *slog.Logger, booted time.Time) error {
 // with watchFiles, the file watcher too (agentbox.watch=off: hostd keeps no
 // flight recorder, so the guest need not pay for one).
 func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles bool) error {
-	srv, err := ttrpc.NewServer()
+	srv, err := ttrpc.NewServer(agent.ServerOptions()...)
 	if err != nil {
 		return fmt.Errorf("ttrpc server: %w", err)
 	}

@@ -299,8 +299,9 @@ func checkKilledVM(t *testing.T, c *client.Client, data string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := os.Stat(filepath.Join(data, "sandboxes", sb.ID)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("dir of the failed sandbox left: %v", err)
+	// A failed sandbox keeps its disk until it is deleted.
+	if disks, _ := filepath.Glob(filepath.Join(data, "sandboxes", sb.ID, "disk*.qcow2")); len(disks) == 0 {
+		t.Errorf("the failed sandbox's overlay is gone")
 	}
 	_, err = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}})
 	wantAPIError(t, "exec on a failed sandbox", err, http.StatusConflict)

@@ -164,7 +164,8 @@ type Options struct {
 // VM is paused, its overlay becomes the snapshot's read-only layer (under a
 // fresh overlay, or as a copy), and its device state and memory are saved.
 // The VM resumes unless opts.StayPaused. The snapshot is usable at once; its
-// manifest is written in the background (Close waits for it).
+// manifest is written in the background (Close waits for it; Sweep writes
+// it at start if a hostd ended first).
 func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Options) (Record, error) {
 	if opts.Kind == "" {
 		opts.Kind = KindSnapshot
@@ -408,8 +409,10 @@ func (e *Engine) Collect(ctx context.Context) {
 	}
 }
 
-// Sweep removes snapshot directories that no record names (a capture that
-// did not finish before its host stopped).
+// Sweep runs at start. It removes snapshot directories that no record
+// names (a capture that did not finish before its host stopped), and
+// writes the manifest of each recorded snapshot whose background manifest
+// the previous hostd did not finish (rebuildManifest).
 func (e *Engine) Sweep(ctx context.Context) error {
 	sns, err := e.cfg.Store.ListSnapshots(ctx)
 	if err != nil {
@@ -418,6 +421,9 @@ func (e *Engine) Sweep(ctx context.Context) error {
 	known := map[string]bool{}
 	for _, sn := range sns {
 		known[filepath.Base(sn.Dir)] = true
+		if err := e.rebuildManifest(sn); err != nil {
+			e.log.Error("snapshot manifest not rebuilt; restores of it will be refused", "snapshot_id", sn.ID, "err", err)
+		}
 	}
 	ents, err := os.ReadDir(e.cfg.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -429,6 +435,33 @@ func (e *Engine) Sweep(ctx context.Context) error {
 			os.RemoveAll(filepath.Join(e.cfg.Dir, ent.Name()))
 		}
 	}
+	return nil
+}
+
+// rebuildManifest writes the manifest of snapshot sn if it has none. That
+// is sound after a hostd crash: capture records a snapshot only once the
+// VMM has written all its files, and nothing writes them afterwards (the
+// layer is read-only and no longer the VM's disk; restored VMs map the
+// memory file privately). A snapshot whose directory is gone stays without
+// one, and its restores are refused.
+func (e *Engine) rebuildManifest(sn Record) error {
+	if _, err := os.Stat(filepath.Join(sn.Dir, ManifestFile)); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	os.Remove(filepath.Join(sn.Dir, ManifestFile+".tmp")) // a Write cut short
+	names, _, err := dirFiles(sn.Dir)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("snapshot %s has no files", sn.ID)
+	}
+	man, err := WriteManifest(sn.Dir, names)
+	if err != nil {
+		return err
+	}
+	e.checker.Trust(sn.Dir, man)
+	e.log.Warn("snapshot manifest rebuilt at start (the previous hostd stopped before writing it)", "snapshot_id", sn.ID)
 	return nil
 }
 
@@ -446,7 +479,7 @@ func dirFiles(dir string) ([]string, int64, error) {
 	var names []string
 	var size int64
 	for _, ent := range ents {
-		if ent.Name() == ManifestFile {
+		if ent.Name() == ManifestFile || ent.Name() == ManifestFile+".tmp" {
 			continue
 		}
 		fi, err := ent.Info()

@@ -110,7 +110,7 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if e, ok := d.(*agentv1.ErrnoDetail); ok {
-			return &fs.PathError{Op: e.Op, Path: e.Path, Err: syscall.Errno(e.Errno)}
+			return &fs.PathError{Op: e.Op, Path: string(e.Path), Err: syscall.Errno(e.Errno)}
 		}
 	}
 	switch st.Code() {

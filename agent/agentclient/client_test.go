@@ -31,7 +31,7 @@ func newPair(t *testing.T) *agentclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ttrpc.NewServer()
+	srv, err := ttrpc.NewServer(agent.ServerOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 package agentclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"time"
@@ -13,7 +15,8 @@ import (
 // chunkSize is the size of one file transfer call.
 const chunkSize = 1 << 20
 
-// FileInfo describes a guest file.
+// FileInfo describes a guest file. Name and Path hold the guest's bytes,
+// which need not be UTF-8.
 type FileInfo struct {
 	Name    string
 	Path    string
@@ -27,14 +30,14 @@ func infoFrom(i *agentv1.FileInfo) FileInfo {
 	if i == nil {
 		return FileInfo{}
 	}
-	return FileInfo{Name: i.Name, Path: i.Path, Size: i.Size, Mode: fs.FileMode(i.Mode),
+	return FileInfo{Name: string(i.Name), Path: string(i.Path), Size: i.Size, Mode: fs.FileMode(i.Mode),
 		ModTime: time.Unix(0, i.ModTimeUnixNano), IsDir: i.IsDir}
 }
 
 // Open opens a guest file for reading. The returned reader pulls chunks on
 // demand; closing it releases the guest's handle.
 func (c *Client) Open(ctx context.Context, path string) (io.ReadCloser, FileInfo, error) {
-	r, err := c.files.Open(ctx, &agentv1.PathRequest{Path: path})
+	r, err := c.files.Open(ctx, &agentv1.PathRequest{Path: []byte(path)})
 	if err != nil {
 		return nil, FileInfo{}, fromStatus(err)
 	}
@@ -79,7 +82,7 @@ func (r *reader) Close() error {
 // WriteFile replaces path atomically with everything read from src and sets
 // its mode. On any error the old file is left as it was.
 func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, src io.Reader) (int64, error) {
-	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: path, Mode: uint32(mode.Perm())})
+	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: []byte(path), Mode: uint32(mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))})
 	if err != nil {
 		return 0, fromStatus(err)
 	}
@@ -111,57 +114,76 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, s
 
 // Stat describes a guest path.
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
-	r, err := c.files.Stat(ctx, &agentv1.PathRequest{Path: path})
+	r, err := c.files.Stat(ctx, &agentv1.PathRequest{Path: []byte(path)})
 	if err != nil {
 		return FileInfo{}, fromStatus(err)
 	}
 	return infoFrom(r), nil
 }
 
-// List describes a guest directory's entries.
+// MaxListEntries bounds the entries List gathers from one directory.
+const MaxListEntries = 1 << 20
+
+// ErrTooMany is returned by List for a directory of more than
+// MaxListEntries entries.
+var ErrTooMany = errors.New("agentclient: too many directory entries")
+
+// List describes a guest directory's entries, sorted by name, a page of
+// them per call (each reply of the agent stays small).
 func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
-	r, err := c.files.List(ctx, &agentv1.PathRequest{Path: path})
-	if err != nil {
-		return nil, fromStatus(err)
+	var out []FileInfo
+	var after []byte
+	for {
+		r, err := c.files.List(ctx, &agentv1.ListRequest{Path: []byte(path), After: after})
+		if err != nil {
+			return nil, fromStatus(err)
+		}
+		for _, e := range r.Entries {
+			out = append(out, infoFrom(e))
+		}
+		switch {
+		case len(out) > MaxListEntries:
+			return nil, fmt.Errorf("%w: %s has more than %d", ErrTooMany, path, MaxListEntries)
+		case !r.More:
+			return out, nil
+		case len(r.Entries) == 0 || bytes.Compare(r.Entries[len(r.Entries)-1].Name, after) <= 0:
+			return nil, fmt.Errorf("agentclient: list %s: the agent's page does not move on", path)
+		}
+		after = r.Entries[len(r.Entries)-1].Name
 	}
-	out := make([]FileInfo, 0, len(r.Entries))
-	for _, e := range r.Entries {
-		out = append(out, infoFrom(e))
-	}
-	return out, nil
 }
 
 // Mkdir creates a guest directory and its parents.
 func (c *Client) Mkdir(ctx context.Context, path string) error {
-	_, err := c.files.Mkdir(ctx, &agentv1.MkdirRequest{Path: path})
+	_, err := c.files.Mkdir(ctx, &agentv1.MkdirRequest{Path: []byte(path)})
 	return fromStatus(err)
 }
 
 // Remove removes a guest path.
 func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
-	_, err := c.files.Remove(ctx, &agentv1.RemoveRequest{Path: path, Recursive: recursive})
+	_, err := c.files.Remove(ctx, &agentv1.RemoveRequest{Path: []byte(path), Recursive: recursive})
 	return fromStatus(err)
 }
 
 // Rename moves a guest path.
 func (c *Client) Rename(ctx context.Context, from, to string) error {
-	_, err := c.files.Rename(ctx, &agentv1.RenameRequest{From: from, To: to})
+	_, err := c.files.Rename(ctx, &agentv1.RenameRequest{From: []byte(from), To: []byte(to)})
 	return fromStatus(err)
 }
 
 // Symlink creates guest path as a symbolic link to target, replacing a
 // file or link there.
 func (c *Client) Symlink(ctx context.Context, target, path string) error {
-	_, err := c.files.Symlink(ctx, &agentv1.SymlinkRequest{Target: target, Path: path})
+	_, err := c.files.Symlink(ctx, &agentv1.SymlinkRequest{Target: []byte(target), Path: []byte(path)})
 	return fromStatus(err)
 }
 
 // Readlink returns a guest symbolic link's target (untrusted: the caller
 // bounds what it does with it).
 func (c *Client) Readlink(ctx context.Context, path string) (string, error) {
-	r, err := c.files.Readlink(ctx, &agentv1.PathRequest{Path: path})
+	r, err := c.files.Readlink(ctx, &agentv1.PathRequest{Path: []byte(path)})
 	if err != nil {
 		return "", fromStatus(err)
 	}
-	return r.Target, nil
+	return string(r.Target), nil
 }

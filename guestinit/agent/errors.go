@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 
 	"google.golang.org/grpc/codes"
@@ -33,17 +34,17 @@ func toStatus(err error) error {
 		return err
 	}
 	code := codeOf(err)
-	st := status.New(code, err.Error())
+	st := status.New(code, strings.ToValidUTF8(err.Error(), "\uFFFD"))
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		d := &agentv1.ErrnoDetail{Errno: uint32(errno)}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
-			d.Op, d.Path = pe.Op, pe.Path
+			d.Op, d.Path = pe.Op, []byte(pe.Path)
 		}
 		var le *os.LinkError
 		if errors.As(err, &le) {
-			d.Op, d.Path = le.Op, le.Old
+			d.Op, d.Path = le.Op, []byte(le.Old)
 		}
 		if withD, derr := st.WithDetails(d); derr == nil {
 			st = withD

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -22,6 +25,13 @@ const (
 	handleIdle  = 2 * time.Minute // an unused handle is closed after this
 	maxHandles  = 64
 	defaultMode = 0o644
+	// modeBits are the mode bits a written file keeps: permissions, setuid,
+	// setgid and sticky (as Go's fs.FileMode spells them).
+	modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+	// listReplyMax bounds the encoded entries of one List page, and
+	// listPageMax their number: far under ttrpc's 4 MiB message.
+	listReplyMax = 1 << 20
+	listPageMax  = 8192
 )
 
 // Files is the Files service.
@@ -49,7 +59,10 @@ func NewFiles() *Files {
 	return &Files{handles: map[string]*handle{}, now: time.Now}
 }
 
-func cleanPath(p string) (string, error) {
+// cleanPath checks a path from the host: its bytes, which need not be
+// UTF-8, as a Go string.
+func cleanPath(b []byte) (string, error) {
+	p := string(b)
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%w: %q", errBadPath, p)
 	}
@@ -125,7 +138,7 @@ func (f *Files) Create(ctx context.Context, req *agentv1.CreateRequest) (*agentv
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	mode := fs.FileMode(req.Mode) & fs.ModePerm
+	mode := fs.FileMode(req.Mode) & modeBits
 	if req.Mode == 0 {
 		mode = defaultMode
 	}
@@ -256,26 +269,50 @@ func (f *Files) Stat(ctx context.Context, req *agentv1.PathRequest) (*agentv1.Fi
 	return infoOf(p, fi), nil
 }
 
-// List describes a directory's entries, sorted by name.
-func (f *Files) List(ctx context.Context, req *agentv1.PathRequest) (*agentv1.ListResponse, error) {
+// List answers one page of a directory's entries, sorted by name bytes:
+// the entries after req.After, as many as fit in listReplyMax bytes and
+// listPageMax entries (or req.MaxEntries). Each page reads the directory's
+// names again (cheap; no stat) and stats only its own entries.
+func (f *Files) List(ctx context.Context, req *agentv1.ListRequest) (*agentv1.ListResponse, error) {
 	p, err := cleanPath(req.Path)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	ents, err := os.ReadDir(p)
+	d, err := os.Open(p)
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	sort.Strings(names) // Go compares strings bytewise
+	after := string(req.After)
+	i := sort.SearchStrings(names, after)
+	if i < len(names) && names[i] == after && after != "" {
+		i++
+	}
+	max := int(req.MaxEntries)
+	if max <= 0 || max > listPageMax {
+		max = listPageMax
+	}
 	resp := &agentv1.ListResponse{}
-	for _, e := range ents {
-		full := filepath.Join(p, e.Name())
+	size := 0
+	for ; i < len(names); i++ {
+		if len(resp.Entries) >= max || size >= listReplyMax {
+			resp.More = true
+			break
+		}
+		full := filepath.Join(p, names[i])
 		fi, err := os.Lstat(full)
 		if err != nil {
 			continue // removed while listing
 		}
-		resp.Entries = append(resp.Entries, infoOf(full, fi))
+		e := infoOf(full, fi)
+		size += proto.Size(e) + 8
+		resp.Entries = append(resp.Entries, e)
 	}
-	sort.Slice(resp.Entries, func(i, j int) bool { return resp.Entries[i].Name < resp.Entries[j].Name })
 	return resp, nil
 }
 
@@ -336,8 +373,8 @@ func (f *Files) Rename(ctx context.Context, req *agentv1.RenameRequest) (*agentv
 
 func infoOf(p string, fi fs.FileInfo) *agentv1.FileInfo {
 	return &agentv1.FileInfo{
-		Name:            fi.Name(),
-		Path:            p,
+		Name:            []byte(fi.Name()),
+		Path:            []byte(p),
 		Size:            fi.Size(),
 		Mode:            uint32(fi.Mode()),
 		ModTimeUnixNano: fi.ModTime().UnixNano(),
@@ -355,7 +392,7 @@ func (f *Files) Symlink(ctx context.Context, req *agentv1.SymlinkRequest) (*agen
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if req.Target == "" || len(req.Target) > maxLinkTarget || strings.ContainsRune(req.Target, 0) {
+	if len(req.Target) == 0 || len(req.Target) > maxLinkTarget || bytes.IndexByte(req.Target, 0) >= 0 {
 		return nil, toStatus(fmt.Errorf("%w: bad link target", errBadArgs))
 	}
 	if fi, err := os.Lstat(p); err == nil {
@@ -366,7 +403,7 @@ func (f *Files) Symlink(ctx context.Context, req *agentv1.SymlinkRequest) (*agen
 			return nil, toStatus(err)
 		}
 	}
-	if err := os.Symlink(req.Target, p); err != nil {
+	if err := os.Symlink(string(req.Target), p); err != nil {
 		return nil, toStatus(err)
 	}
 	return &agentv1.Empty{}, nil
@@ -382,5 +419,5 @@ func (f *Files) Readlink(ctx context.Context, req *agentv1.PathRequest) (*agentv
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &agentv1.ReadlinkResponse{Target: t}, nil
+	return &agentv1.ReadlinkResponse{Target: []byte(t)}, nil
 }

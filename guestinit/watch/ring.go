@@ -2,8 +2,10 @@ package watch
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
@@ -53,6 +55,7 @@ func NewRing(n int) *Ring {
 // Add numbers ev (setting its Seq) and stores it, dropping the oldest event
 // when the ring is full.
 func (r *Ring) Add(ev *agentv1.GuestEvent) {
+	validUTF8(ev)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.head++
@@ -128,4 +131,29 @@ func (r *Ring) collect(after uint64, max int) Batch {
 		b.Events = append(b.Events, r.buf[(s-1)%uint64(len(r.buf))])
 	}
 	return b
+}
+
+// validUTF8 makes ev's strings valid UTF-8, each stray byte U+FFFD: a file
+// or package name need not be UTF-8, and one that is not would make every
+// reply holding the event unencodable (proto strings), stalling the host's
+// reader at it for good. The flight recorder shows such names, it does not
+// address files by them.
+func validUTF8(ev *agentv1.GuestEvent) {
+	fix := func(s *string) {
+		if !utf8.ValidString(*s) {
+			*s = strings.ToValidUTF8(*s, "\uFFFD")
+		}
+	}
+	fix(&ev.ExecId)
+	if f := ev.GetFile(); f != nil {
+		fix(&f.Op)
+		fix(&f.Path)
+		fix(&f.OldPath)
+		fix(&f.Sha256)
+	}
+	if p := ev.GetPackage(); p != nil {
+		for _, s := range []*string{&p.Manager, &p.Action, &p.Name, &p.Version, &p.OldVersion, &p.Path} {
+			fix(s)
+		}
+	}
 }

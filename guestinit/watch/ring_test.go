@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -82,5 +84,21 @@ func TestPathSet(t *testing.T) {
 	}
 	if len(s.order) > 8 {
 		t.Errorf("order grew to %d", len(s.order))
+	}
+}
+
+// TestRingEventsStayEncodable: an event about a file whose name is not
+// UTF-8 still encodes (proto strings refuse invalid UTF-8; one such event
+// would fail every batch holding it).
+func TestRingEventsStayEncodable(t *testing.T) {
+	r := NewRing(4)
+	r.Add(&agentv1.GuestEvent{Kind: &agentv1.GuestEvent_File{File: &agentv1.FileEvent{Op: "created", Path: "/root/caf\xe9"}}})
+	b := r.Next(context.Background(), 0, 0, 4)
+	resp := &agentv1.NextEventsResponse{Events: b.Events, Head: b.Head}
+	if _, err := proto.Marshal(resp); err != nil {
+		t.Fatalf("a batch with a non-UTF-8 name: %v", err)
+	}
+	if got := b.Events[0].GetFile().Path; got != "/root/caf\uFFFD" {
+		t.Fatalf("path %q", got)
 	}
 }

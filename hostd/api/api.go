@@ -112,6 +112,8 @@ type server struct {
 	events  EventLog
 	tracer  trace.Tracer
 	images  ImageTemplates
+	// collect bounds the output held by all collected execs (collect.go).
+	collect *outputBudget
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -123,7 +125,7 @@ func New(opts Options) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
-		events: opts.Events, tracer: opts.Tracer, images: opts.Images}
+		events: opts.Events, tracer: opts.Tracer, images: opts.Images, collect: newOutputBudget(maxCollectedTotal)}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,

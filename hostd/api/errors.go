@@ -43,6 +43,15 @@ const (
 	CodeBadImage          = "bad_image"
 	CodeImageTooLarge     = "image_too_large"
 	CodeRegistry          = "registry_error"
+	CodeSnapshotNotFound  = "snapshot_not_found"
+	CodeNameTooLong       = "name_too_long"
+	CodeCrossDevice       = "cross_device"
+	CodeNoSpace           = "no_space"
+	CodeReadOnly          = "read_only_filesystem"
+	CodeTooManyLinks      = "too_many_links"
+	CodeFileBusy          = "file_busy"
+	CodeFileTooLarge      = "file_too_large"
+	CodeAgentLost         = "agent_unreachable"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -78,12 +87,14 @@ var statusRules = []struct {
 	code   string
 }{
 	{auth.ErrUnauthorized, http.StatusUnauthorized, CodeUnauthorized},
+	{sandbox.ErrSnapshotNotFound, http.StatusNotFound, CodeSnapshotNotFound},
 	{sandbox.ErrNotFound, http.StatusNotFound, CodeSandboxNotFound},
 	{sandbox.ErrInUse, http.StatusConflict, CodeSnapshotInUse},
 	{sandbox.ErrCorrupt, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
 	{sandbox.ErrPaused, http.StatusConflict, CodeSandboxPaused},
 	{sandbox.ErrDeleted, http.StatusConflict, CodeSandboxDeleted},
 	{sandbox.ErrNotRunning, http.StatusConflict, CodeSandboxNotRunning},
+	{sandbox.ErrAgentLost, http.StatusBadGateway, CodeAgentLost},
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},
 	{sandbox.ErrBadArchive, http.StatusBadRequest, CodeInvalidArchive},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
@@ -98,6 +109,17 @@ var statusRules = []struct {
 	{syscall.EISDIR, http.StatusBadRequest, CodeIsDirectory},
 	{syscall.ENOTDIR, http.StatusBadRequest, CodeNotADirectory},
 	{syscall.ENOTEMPTY, http.StatusConflict, CodeDirectoryNotEmpty},
+	// Guest errnos that are the caller's doing, with their meaning (not
+	// EINVAL or EBUSY: from the host's own calls they would blame the
+	// caller for hostd's trouble).
+	{syscall.ENAMETOOLONG, http.StatusBadRequest, CodeNameTooLong},
+	{syscall.ELOOP, http.StatusBadRequest, CodeTooManyLinks},
+	{syscall.EXDEV, http.StatusConflict, CodeCrossDevice},
+	{syscall.EROFS, http.StatusConflict, CodeReadOnly},
+	{syscall.ETXTBSY, http.StatusConflict, CodeFileBusy},
+	{syscall.EFBIG, http.StatusRequestEntityTooLarge, CodeFileTooLarge},
+	{syscall.ENOSPC, http.StatusInsufficientStorage, CodeNoSpace},
+	{syscall.EDQUOT, http.StatusInsufficientStorage, CodeNoSpace},
 	{fs.ErrNotExist, http.StatusNotFound, CodeFileNotFound},
 	{fs.ErrPermission, http.StatusForbidden, CodePermissionDenied},
 	{fs.ErrExist, http.StatusConflict, CodeFileExists},

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -59,6 +58,11 @@ func toExecRequest(req ExecRequest) (sandbox.ExecRequest, error) {
 		return sandbox.ExecRequest{}, badRequest(CodeInvalidRequest, "cmd must name a command")
 	case len(req.Stdin) > maxStdin:
 		return sandbox.ExecRequest{}, badRequest(CodeInvalidRequest, "stdin is larger than %d bytes", maxStdin)
+	case req.TimeoutS < 0 || req.TimeoutS > sandbox.MaxTimeoutS:
+		return sandbox.ExecRequest{}, badRequest(CodeInvalidRequest, "timeout_s must be 0..%d (0: the sandbox's exec_timeout_s)", sandbox.MaxTimeoutS)
+	}
+	if err := checkEnv("env", req.Env); err != nil {
+		return sandbox.ExecRequest{}, err
 	}
 	if req.Cwd != "" {
 		if err := checkPath(req.Cwd); err != nil {
@@ -73,21 +77,27 @@ func toExecRequest(req ExecRequest) (sandbox.ExecRequest, error) {
 }
 
 // execCollect runs the command to its end and answers with an ExecResult,
-// keeping at most maxCollected bytes of each output stream.
+// keeping at most maxCollected bytes of each output stream, and no more
+// than what is left of the server's budget for collected output (shared by
+// all collected execs: maxCollectedTotal). The output's event payloads are
+// kept as they came and encoded straight into the response.
 func (s *server) execCollect(w http.ResponseWriter, r *http.Request, id string, req sandbox.ExecRequest) {
 	var (
-		res            ExecResult
-		stdout, stderr = capBuffer{max: maxCollected}, capBuffer{max: maxCollected}
-		exited         bool
+		res    ExecResult
+		stdout = &collected{max: maxCollected, budget: s.collect}
+		stderr = &collected{max: maxCollected, budget: s.collect}
+		exited bool
 	)
+	defer stdout.release()
+	defer stderr.release()
 	err := s.m.Exec(r.Context(), id, req, func(ev sandbox.ExecEvent) error {
 		switch ev.Type {
 		case sandbox.EventStart:
 			res.ExecID = ev.ExecID
 		case sandbox.EventStdout:
-			stdout.write(ev.Data)
+			stdout.add(ev.Data)
 		case sandbox.EventStderr:
-			stderr.write(ev.Data)
+			stderr.add(ev.Data)
 		case sandbox.EventExit:
 			res.ExitCode, res.Signal, exited = ev.ExitCode, ev.Signal, true
 		}
@@ -100,23 +110,8 @@ func (s *server) execCollect(w http.ResponseWriter, r *http.Request, id string, 
 		s.writeError(w, r, err)
 		return
 	}
-	res.Stdout, res.Stderr = stdout.buf.String(), stderr.buf.String()
 	res.Truncated = stdout.truncated || stderr.truncated
-	writeJSON(w, http.StatusOK, res)
-}
-
-// capBuffer keeps the first max bytes written to it.
-type capBuffer struct {
-	buf       bytes.Buffer
-	max       int
-	truncated bool
-}
-
-func (c *capBuffer) write(p []byte) {
-	if room := c.max - c.buf.Len(); len(p) > room {
-		p, c.truncated = p[:room], true
-	}
-	c.buf.Write(p)
+	writeExecResult(w, res, stdout, stderr)
 }
 
 // execStream answers with NDJSON events, each flushed as it is written. An

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
@@ -66,7 +67,13 @@ func (s *server) ReadFile(w http.ResponseWriter, r *http.Request, id SandboxID, 
 }
 
 func (s *server) WriteFile(w http.ResponseWriter, r *http.Request, id SandboxID, params WriteFileParams) {
-	if err := checkPath(params.Path); err != nil {
+	err := checkPath(params.Path)
+	if err == nil && strings.HasSuffix(params.Path, "/") {
+		// A trailing slash names a directory; the agent would clean it
+		// away and write the file beside it.
+		err = badRequest(CodeBadPath, "path %q ends in '/': a file's path names the file", params.Path)
+	}
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -197,13 +204,27 @@ func (s *server) StatFile(w http.ResponseWriter, r *http.Request, id SandboxID, 
 	writeJSON(w, http.StatusOK, toFileInfo(fi))
 }
 
+// toFileInfo spells a guest file for the API. A name or path that is not
+// UTF-8 also comes as its exact bytes, base64 (raw_name, raw_path; see
+// FileInfo in openapi.yaml); JSON shows the rest as U+FFFD.
 func toFileInfo(fi sandbox.FileInfo) FileInfo {
 	return FileInfo{
-		Name:    fi.Name,
-		Path:    fi.Path,
+		Name:    strings.ToValidUTF8(fi.Name, "\uFFFD"),
+		Path:    strings.ToValidUTF8(fi.Path, "\uFFFD"),
+		RawName: rawBytes(fi.Name),
+		RawPath: rawBytes(fi.Path),
 		Size:    fi.Size,
 		Mode:    unixMode(fi.Mode),
 		ModTime: fi.ModTime.UTC(),
 		IsDir:   fi.IsDir,
 	}
+}
+
+// rawBytes is s's bytes when s is not valid UTF-8, else nil.
+func rawBytes(s string) *[]byte {
+	if utf8.ValidString(s) {
+		return nil
+	}
+	b := []byte(s)
+	return &b
 }

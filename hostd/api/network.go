@@ -114,8 +114,14 @@ func (s *server) PatchSandboxNetwork(w http.ResponseWriter, r *http.Request, id 
 	}
 	if req.Inject != nil {
 		p.Inject = nil
+		var names []string
 		for _, r := range *req.Inject {
 			p.Inject = append(p.Inject, egress.InjectRule{Host: r.Host, Header: r.Header, Value: r.Value, Kind: injectKind(r.Kind)})
+			names = append(names, p.Inject[len(p.Inject)-1].Secrets()...)
+		}
+		if err := s.secretsExist(r.Context(), names); err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 	}
 	p, err = s.net.SetNetworkPolicy(r.Context(), id, p)

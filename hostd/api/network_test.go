@@ -109,6 +109,9 @@ func TestNetworkRoutes(t *testing.T) {
 	if st, body := call(t, srv, "GET", "/v1/sandboxes/sb1/network", ""); st != 200 || !strings.Contains(body, `"allow_ports":[80,443]`) {
 		t.Errorf("GET network: %d %s", st, body)
 	}
+	if st, body := call(t, srv, "POST", "/v1/secrets", `{"name":"k","value":"v"}`); st/100 != 2 {
+		t.Fatalf("create secret: %d %s", st, body)
+	}
 	st, body := call(t, srv, "PATCH", "/v1/sandboxes/sb1/network", `{"allow_ports":[443],"inject":[{"host":"b.test","header":"X-K","value":"{{secret:k}}"}]}`)
 	if st != 200 {
 		t.Fatalf("PATCH: %d %s", st, body)

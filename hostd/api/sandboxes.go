@@ -1,8 +1,15 @@
 package api
 
 import (
+	"bufio"
+	"context"
+	"strings"
+	"unicode/utf8"
+
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/agentbox/agentbox/hostd/egress"
 	"io"
 	"net/http"
 
@@ -28,12 +35,18 @@ func (s *server) GetOpenAPI(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 	var req CreateSandboxRequest
-	if err := decodeJSON(w, r, maxJSONBody, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
+	err := decodeJSON(w, r, maxJSONBody, &req, true)
+	switch {
+	case err != nil:
+	case req.VCPUs < 0 || req.MemoryMiB < 0 || req.TimeoutS < 0:
+		err = badRequest(CodeInvalidRequest, "vcpus, memory_mib and timeout_s must not be negative")
+	case req.TimeoutS > sandbox.MaxTimeoutS:
+		err = badRequest(CodeInvalidRequest, "timeout_s must be at most %d", sandbox.MaxTimeoutS)
+	default:
+		err = errors.Join(checkEnv("env", req.Env), checkEnv("secret_env", req.SecretEnv), s.checkSecrets(r.Context(), req))
 	}
-	if req.VCPUs < 0 || req.MemoryMiB < 0 || req.TimeoutS < 0 {
-		s.writeError(w, r, badRequest(CodeInvalidRequest, "vcpus, memory_mib and timeout_s must not be negative"))
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	info, err := s.m.Create(r.Context(), sandbox.CreateOptions{
@@ -119,7 +132,12 @@ func nonNil(m map[string]string) map[string]string {
 // refusing unknown fields and trailing data. An empty body leaves v alone
 // when allowEmpty is set.
 func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any, allowEmpty bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
+	body := bufio.NewReader(http.MaxBytesReader(w, r.Body, max))
+	if isNull(body) {
+		// null is not an object; decoded, it would say "nothing asked".
+		return badRequest(CodeBadBody, "the body is null, not a JSON object")
+	}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	switch {
@@ -147,4 +165,75 @@ func toMounts(in []Mount) []mounts.Spec {
 		out = append(out, mounts.Spec{Type: string(m.Type), Source: m.Source, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out
+}
+
+// isNull reports whether the JSON value that r starts with is null. It
+// consumes only leading white space.
+func isNull(r *bufio.Reader) bool {
+	for {
+		b, err := r.Peek(1)
+		if err != nil {
+			return false
+		}
+		switch b[0] {
+		case ' ', '\t', '\r', '\n':
+			_, _ = r.ReadByte()
+			continue
+		}
+		p, _ := r.Peek(4)
+		return string(p) == "null"
+	}
+}
+
+// checkEnv refuses env names that the guest could not set: empty, or with
+// '=' or NUL in them, and values with NUL.
+func checkEnv(field string, env map[string]string) error {
+	for k, v := range env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return badRequest(CodeInvalidRequest, "%s: name %q is not an environment variable name (empty, or has '=' or NUL)", field, k)
+		case strings.ContainsRune(v, 0):
+			return badRequest(CodeInvalidRequest, "%s: the value of %s has a NUL byte", field, k)
+		case !utf8.ValidString(k):
+			return badRequest(CodeInvalidRequest, "%s: name %q is not UTF-8", field, k)
+		}
+	}
+	return nil
+}
+
+// checkSecrets refuses a create whose secret_env or network inject rules
+// name secrets that do not exist (without a secret store, the create
+// fails later for want of a network anyway).
+func (s *server) checkSecrets(ctx context.Context, req CreateSandboxRequest) error {
+	var names []string
+	for _, secret := range req.SecretEnv {
+		names = append(names, secret)
+	}
+	if req.Network != nil {
+		for _, r := range req.Network.Inject {
+			names = append(names, egress.InjectRule{Value: r.Value}.Secrets()...)
+		}
+	}
+	return s.secretsExist(ctx, names)
+}
+
+// secretsExist refuses names that are not stored secrets.
+func (s *server) secretsExist(ctx context.Context, names []string) error {
+	if len(names) == 0 || s.secrets == nil {
+		return nil
+	}
+	have, err := s.secrets.List(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, m := range have {
+		known[m.Name] = true
+	}
+	for _, n := range names {
+		if !known[n] {
+			return &apiError{status: http.StatusBadRequest, code: CodeSecretNotFound, msg: fmt.Sprintf("secret %q does not exist (create it first: POST /v1/secrets)", n)}
+		}
+	}
+	return nil
 }

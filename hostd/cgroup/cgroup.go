@@ -117,7 +117,9 @@ func (m *Manager) Create(id string, l Limits) (*Group, error) {
 		g.v1, err = cgroup1.New(cgroup1.StaticPath(m.path(id)), v1Resources(l))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cgroup: create %s: %w", m.path(id), err)
+		// A limit the kernel refused leaves the directories made before
+		// it (v1 makes one per hierarchy): remove them all.
+		return nil, errors.Join(fmt.Errorf("cgroup: create %s: %w", m.path(id), err), m.Remove(id))
 	}
 	return g, nil
 }
@@ -208,33 +210,68 @@ func (m *Manager) Remove(id string) error {
 		}
 		return (&Group{id: id, v2: g}).Delete()
 	}
-	if _, err := os.Stat(filepath.Join(v1Root, "memory", m.path(id))); errors.Is(err, os.ErrNotExist) {
-		return nil
+	var errs []error
+	if _, err := os.Stat(filepath.Join(v1Root, "memory", m.path(id))); err == nil {
+		g, err := cgroup1.Load(cgroup1.StaticPath(m.path(id)))
+		if err == nil {
+			err = (&Group{id: id, v1: g}).Delete()
+		}
+		errs = append(errs, err)
 	}
-	g, err := cgroup1.Load(cgroup1.StaticPath(m.path(id)))
+	// What a half-made group left in the other hierarchies.
+	hs, _ := v1Hierarchies()
+	for _, h := range hs {
+		errs = append(errs, removeDir(filepath.Join(h, m.path(id))))
+	}
+	return errors.Join(errs...)
+}
+
+// v1Hierarchies are the mounted v1 hierarchies' roots, symlinks (cpu ->
+// cpu,cpuacct) left out.
+func v1Hierarchies() ([]string, error) {
+	ents, err := os.ReadDir(v1Root)
 	if err != nil {
-		return fmt.Errorf("cgroup: load %s: %w", m.path(id), err)
+		return nil, err
 	}
-	return (&Group{id: id, v1: g}).Delete()
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(v1Root, e.Name()))
+		}
+	}
+	return out, nil
 }
 
 // List returns the ids of the instance's groups that exist on the host.
+// On v1 a group is listed if any hierarchy has it (a half-made group may
+// lack the memory one).
 func (m *Manager) List() ([]string, error) {
-	dir := filepath.Join(unifiedRoot, m.parent)
+	dirs := []string{filepath.Join(unifiedRoot, m.parent)}
 	if !m.v2 {
-		dir = filepath.Join(v1Root, "memory", m.parent)
+		hs, err := v1Hierarchies()
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: list %s: %w", m.parent, err)
+		}
+		dirs = dirs[:0]
+		for _, h := range hs {
+			dirs = append(dirs, filepath.Join(h, m.parent))
+		}
 	}
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cgroup: list %s: %w", m.parent, err)
-	}
+	seen := map[string]bool{}
 	var ids []string
-	for _, e := range ents {
-		if e.IsDir() {
-			ids = append(ids, e.Name())
+	for _, dir := range dirs {
+		ents, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: list %s: %w", m.parent, err)
+		}
+		for _, e := range ents {
+			if e.IsDir() && !seen[e.Name()] {
+				seen[e.Name()] = true
+				ids = append(ids, e.Name())
+			}
 		}
 	}
 	return ids, nil

@@ -86,3 +86,47 @@ func TestRemoveMissing(t *testing.T) {
 		t.Fatalf("got %v, want nil", err)
 	}
 }
+
+// TestRefusedLimitsLeaveNoGroup: a limit the kernel refuses (a CPU quota
+// over its maximum) fails Create and leaves no directory in any hierarchy
+// (issue 16: five v1 hierarchies kept one that the reaper never saw).
+func TestRefusedLimitsLeaveNoGroup(t *testing.T) {
+	m := newTestManager(t)
+	if _, err := m.Create("sb-bad", Limits{CPUs: 1e10}); err == nil {
+		t.Fatal("a quota of 1e10 CPUs was accepted")
+	}
+	if ids, err := m.List(); err != nil || len(ids) != 0 {
+		t.Fatalf("groups after a refused create: %v %v", ids, err)
+	}
+	dirs := []string{unifiedRoot + m.path("sb-bad")}
+	if !m.v2 {
+		hs, _ := v1Hierarchies()
+		dirs = dirs[:0]
+		for _, h := range hs {
+			dirs = append(dirs, h+m.path("sb-bad"))
+		}
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left: %v", d, err)
+		}
+	}
+	// The reaper's view: a group in some hierarchy only is still listed
+	// and removed.
+	if !m.v2 {
+		hs, _ := v1Hierarchies()
+		half := hs[0] + m.path("sb-half")
+		if err := os.MkdirAll(half, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if ids, _ := m.List(); len(ids) != 1 || ids[0] != "sb-half" {
+			t.Fatalf("a half-made group is not listed: %v", ids)
+		}
+		if err := m.Remove("sb-half"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(half); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Remove left %s", half)
+		}
+	}
+}

@@ -135,6 +135,25 @@ func (b *box) closeAgent() {
 
 // streamErr explains an error that ended a call on a live sandbox.
 func (b *box) streamErr(err error) error {
+	if why := b.endErr(err); why != nil {
+		return why
+	}
+	if !errors.Is(err, agentclient.ErrClosed) {
+		return err
+	}
+	// The channel closes a moment before a dying VM's process exits: give
+	// the exit that moment, so the call says why.
+	select {
+	case <-b.gone:
+	case <-b.vm.Done():
+	case <-time.After(agentLostWait):
+		return fmt.Errorf("%w: %w", ErrAgentLost, err)
+	}
+	return b.endErr(err)
+}
+
+// endErr says why b's VM is over, with err; nil while it runs.
+func (b *box) endErr(err error) error {
 	select {
 	case <-b.gone:
 		return fmt.Errorf("%w (%v)", b.why, err)
@@ -145,8 +164,12 @@ func (b *box) streamErr(err error) error {
 		return fmt.Errorf("%w: vm exited", ErrNotRunning)
 	default:
 	}
-	return err
+	return nil
 }
+
+// agentLostWait is how long streamErr waits for a VM whose agent channel
+// closed to exit.
+const agentLostWait = 2 * time.Second
 
 // settle folds b's cgroup counters into its meter before the cgroup goes.
 func (b *box) settle() {

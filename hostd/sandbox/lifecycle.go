@@ -166,13 +166,24 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	if err == nil {
 		b.vm = vm
+		// From the moment the guest runs, its disk moves on from the saved
+		// memory: the record stops naming the paused state first, so a
+		// hostd that dies from here on does not bring that state back
+		// (Recover; until here a crash leaves the sandbox paused).
+		err = m.forgetPaused(ctx, v)
+	}
+	if err == nil {
 		err = m.wake(ctx, b, false)
 	}
 	if err == nil {
 		err = m.resumeMounts(ctx, b, rec.Dir)
 	}
 	if err != nil {
+		if b.vm != nil {
+			_ = b.vm.Stop(context.WithoutCancel(ctx)) // ended already if wake failed
+		}
 		b.removeCgroup()
+		_ = m.opts.Store.PutSandboxVM(context.WithoutCancel(ctx), v)
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
@@ -181,6 +192,12 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	os.RemoveAll(v.PauseDir)
 	m.log.Info("sandbox resumed", "sandbox_id", id)
 	return m.adopt(ctx, b, rec)
+}
+
+// forgetPaused records sandbox VM v without its paused state.
+func (m *Manager) forgetPaused(ctx context.Context, v store.SandboxVM) error {
+	v.PauseDir = ""
+	return m.opts.Store.PutSandboxVM(ctx, v)
 }
 
 func countOverlays(dir string) int {
@@ -215,7 +232,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 
 func snapshotNotFound(err error, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
 	return err
 }

@@ -207,8 +207,8 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 		return opts, fmt.Errorf("%w: vcpus must be 1..%d, got %d", ErrInvalid, m.opts.MaxVCPUs, opts.VCPUs)
 	case opts.MemoryMiB < 128 || opts.MemoryMiB > m.opts.MaxMemoryMiB:
 		return opts, fmt.Errorf("%w: memory_mib must be 128..%d, got %d", ErrInvalid, m.opts.MaxMemoryMiB, opts.MemoryMiB)
-	case opts.TimeoutS < 0:
-		return opts, fmt.Errorf("%w: timeout_s must not be negative", ErrInvalid)
+	case opts.TimeoutS < 0 || opts.TimeoutS > MaxTimeoutS:
+		return opts, fmt.Errorf("%w: timeout_s must be 0..%d", ErrInvalid, MaxTimeoutS)
 	}
 	if err := m.limits.checkSizes(opts); err != nil {
 		return opts, err
@@ -318,6 +318,8 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	m.rec.resumeExecs(b)
 	m.spawn(func() { m.watch(b) })
 	m.spawn(func() { m.watchIdle(b) })
+	m.spawn(func() { m.keepClock(b) })
+	m.spawn(func() { m.capConsole(b, filepath.Join(b.dir, "console.log")) })
 	for _, execID := range due {
 		m.killExec(b.id, execID)
 	}
@@ -358,6 +360,9 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, base string) (*bo
 		b.removeCgroup()
 		return nil, err
 	}
+	if err := setClock(ctx, b); err != nil { // see clock.go
+		m.log.Warn("guest clock not set", "sandbox_id", b.id, "err", err)
+	}
 	return b, nil
 }
 
@@ -393,12 +398,22 @@ func (m *Manager) watch(b *box) {
 		return // deleted meanwhile
 	}
 	m.log.Warn("sandbox vm died", "sandbox_id", b.id, "vm_pid", b.vm.PID(), "err", err)
-	m.teardown(b, why)
+	// The disk stays: the sandbox is failed, its overlay, paused state and
+	// console log are kept until it is deleted (see README, "A failed
+	// sandbox").
+	m.stopBox(b, why)
 	_ = m.setState(context.Background(), b.id, StateFailed, why.Error(), 0)
 }
 
 // teardown ends everything a live sandbox owns: streams, VM, files.
 func (m *Manager) teardown(b *box, why error) {
+	m.stopBox(b, why)
+	removeDir(b.dir, m.log.With("sandbox_id", b.id))
+}
+
+// stopBox ends what a live sandbox holds on the host (streams, VM, cgroup,
+// network) but leaves its directory.
+func (m *Manager) stopBox(b *box, why error) {
 	b.end(why)
 	b.closeAgent()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -410,7 +425,6 @@ func (m *Manager) teardown(b *box, why error) {
 	b.settle()
 	b.removeCgroup()
 	m.nets.detach(b.id)
-	removeDir(b.dir, log)
 }
 
 func removeDir(dir string, log *slog.Logger) {

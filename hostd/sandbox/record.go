@@ -220,9 +220,15 @@ func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 func (f *flight) execEnded(id, execID string, t *execTrack, sum agentclient.Summary, why string) {
 	d := t.data
 	d.Phase = recorder.PhaseEnd
+	// One clock for the sandbox's events, the recorder's: the start was
+	// stamped by the host, so the end is the start plus the guest's own
+	// measure of the run (both ends on the guest's clock), and never later
+	// than now.
 	end := time.Now()
-	if !sum.Ended.IsZero() {
-		end = sum.Ended
+	if !sum.Ended.IsZero() && !sum.Started.IsZero() && !sum.Ended.Before(sum.Started) {
+		if e := t.started.Add(sum.Ended.Sub(sum.Started)); e.Before(end) {
+			end = e
+		}
 	}
 	endUTC := end.UTC()
 	dur := end.Sub(t.started).Milliseconds()

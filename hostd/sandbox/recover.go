@@ -6,14 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // Recover runs once at start. A sandbox that was creating, running or
 // stopping when the previous hostd ended has lost its VM (VMM processes die
 // with the hostd that started them: the policy of vmm.StartProcess, which
-// both backends use), so it is marked failed and its files
-// are removed. Directories under sandboxes/ that no record names are
-// orphans and are removed too.
+// both backends use), so it is marked failed; a running one keeps its files
+// until it is deleted (a half-made or half-deleted one does not). A sandbox
+// caught pausing or resuming whose saved state is complete on disk goes
+// back to paused, resumable (recoverPaused). Directories under sandboxes/
+// that no record names are orphans and are removed.
 func (m *Manager) Recover(ctx context.Context) error {
 	recs, err := m.opts.Store.ListSandboxes(ctx)
 	if err != nil {
@@ -25,9 +29,21 @@ func (m *Manager) Recover(ctx context.Context) error {
 		switch State(r.State) {
 		case StatePaused:
 			m.rearmTTL(r)
-		case StateCreating, StateRunning, StateStopping, StatePausing, StateResuming:
+		case StatePausing, StateResuming:
+			if m.recoverPaused(ctx, r) {
+				if err := m.setState(ctx, r.ID, StatePaused, "", 0); err != nil {
+					return err
+				}
+				m.log.Warn("sandbox was pausing or resuming when hostd stopped; its saved state is intact: paused", "sandbox_id", r.ID)
+				m.rearmTTL(r)
+				continue
+			}
+			fallthrough
+		case StateCreating, StateRunning, StateStopping:
 			m.log.Warn("sandbox lost its vm when hostd stopped", "sandbox_id", r.ID, "vm_pid", r.VMPID)
-			removeDir(r.Dir, m.log.With("sandbox_id", r.ID))
+			if s := State(r.State); s == StateCreating || s == StateStopping {
+				removeDir(r.Dir, m.log.With("sandbox_id", r.ID))
+			}
 			if err := m.setState(ctx, r.ID, StateFailed, "hostd restarted; the vm is gone", 0); err != nil {
 				return err
 			}
@@ -49,6 +65,23 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	return m.nets.sweep()
+}
+
+// recoverPaused reports whether sandbox r, found pausing or resuming, has a
+// complete saved state: Pause records the state's directory only once the
+// VMM has written it, and a running sandbox's record names none (adopt
+// clears it), so a named directory that is still there and not empty is a
+// whole paused state.
+func (m *Manager) recoverPaused(ctx context.Context, r store.Sandbox) bool {
+	v, err := m.opts.Store.GetSandboxVM(ctx, r.ID)
+	if err != nil || v.PauseDir == "" || v.Overlay == "" {
+		return false
+	}
+	if _, err := os.Stat(v.Overlay); err != nil {
+		return false
+	}
+	ents, err := os.ReadDir(v.PauseDir)
+	return err == nil && len(ents) > 0
 }
 
 // Close stops every live sandbox (their VMs could not outlive hostd),

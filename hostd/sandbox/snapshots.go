@@ -97,7 +97,7 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 	}
 	sn, err := m.opts.Store.GetSnapshot(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: snapshot %s", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
 	if err != nil {
 		return nil, err

@@ -36,6 +36,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"time"
 
@@ -49,9 +50,12 @@ import (
 // errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission) and
 // errors.Is(err, syscall.EISDIR) work on them.
 var (
-	ErrNotFound   = errors.New("sandbox: not found")
-	ErrNotRunning = errors.New("sandbox: not running")
-	ErrInvalid    = errors.New("sandbox: invalid request")
+	ErrNotFound = errors.New("sandbox: not found")
+	// ErrSnapshotNotFound names a snapshot that does not exist; it is also
+	// an ErrNotFound.
+	ErrSnapshotNotFound = fmt.Errorf("%w (snapshot)", ErrNotFound)
+	ErrNotRunning       = errors.New("sandbox: not running")
+	ErrInvalid          = errors.New("sandbox: invalid request")
 	// ErrBadPath rejects a guest path that is relative or contains "..".
 	ErrBadPath = errors.New("sandbox: bad path")
 	// ErrExecStart is returned when the command could not be started in the
@@ -66,6 +70,9 @@ var (
 	// ErrPaused is returned for calls that need a running sandbox while it
 	// is paused (resume it first).
 	ErrPaused = errors.New("sandbox: paused")
+	// ErrAgentLost is returned when the guest agent's connection closed
+	// while its VM runs on (the guest killed or replaced the agent).
+	ErrAgentLost = errors.New("sandbox: the guest agent's connection closed")
 )
 
 // State is a sandbox's lifecycle state.

@@ -137,7 +137,9 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		"-sandbox", d.seccomp(),
 		"-kernel", cfg.Kernel,
 		"-append", d.cmdline(cfg),
-		"-chardev", "file,id=console,path=" + cfg.ConsoleLog,
+		// append=on: hostd rotates the log by copy and truncate (hostd/sandbox
+		// console.go); a writer at its own offset would leave a hole.
+		"-chardev", "file,id=console,append=on,path=" + cfg.ConsoleLog,
 		"-serial", "chardev:console",
 		"-qmp", "unix:" + qmpSocket + ",server=on,wait=off",
 		"-device", "virtio-serial-device,max_ports=2",

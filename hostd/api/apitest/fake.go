@@ -446,7 +446,7 @@ func (f *Manager) setState(id string, st sandbox.State) (sandbox.Info, error) {
 
 // GetSnapshot finds nothing.
 func (f *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	return sandbox.SnapshotInfo{}, fmt.Errorf("%w: snapshot %s", sandbox.ErrNotFound, id)
+	return sandbox.SnapshotInfo{}, fmt.Errorf("%w: %s", sandbox.ErrSnapshotNotFound, id)
 }
 
 // ListSnapshots lists none.

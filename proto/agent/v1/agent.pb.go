@@ -111,11 +111,15 @@ func (*Empty) Descriptor() ([]byte, []int) {
 }
 
 // ErrnoDetail is attached to errors that came from a system call.
+//
+// Paths and file names are bytes throughout: a Linux name is any bytes but
+// NUL and '/', not necessarily UTF-8 (bytes and string share a wire type,
+// so the change kept the wire format).
 type ErrnoDetail struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Errno         uint32                 `protobuf:"varint,1,opt,name=errno,proto3" json:"errno,omitempty"`
 	Op            string                 `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
-	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	Path          []byte                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,11 +168,11 @@ func (x *ErrnoDetail) GetOp() string {
 	return ""
 }
 
-func (x *ErrnoDetail) GetPath() string {
+func (x *ErrnoDetail) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
 }
 
 type StartRequest struct {
@@ -1287,7 +1291,7 @@ func (x *ReadChunkResponse) GetEof() bool {
 
 type CreateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path          []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1323,11 +1327,11 @@ func (*CreateRequest) Descriptor() ([]byte, []int) {
 	return file_agent_proto_rawDescGZIP(), []int{19}
 }
 
-func (x *CreateRequest) GetPath() string {
+func (x *CreateRequest) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
 }
 
 func (x *CreateRequest) GetMode() uint32 {
@@ -1435,7 +1439,7 @@ func (x *CommitResponse) GetSize() uint64 {
 
 type PathRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path          []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1470,17 +1474,80 @@ func (*PathRequest) Descriptor() ([]byte, []int) {
 	return file_agent_proto_rawDescGZIP(), []int{22}
 }
 
-func (x *PathRequest) GetPath() string {
+func (x *PathRequest) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
+}
+
+type ListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// after is the name of the last entry of the previous page; empty for
+	// the first page.
+	After []byte `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
+	// max_entries bounds the page (0: the agent's default).
+	MaxEntries    uint32 `protobuf:"varint,3,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListRequest) GetPath() []byte {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *ListRequest) GetAfter() []byte {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *ListRequest) GetMaxEntries() uint32 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
 }
 
 type FileInfo struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
-	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Path            string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Name            []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path            []byte                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	Size            int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	Mode            uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
 	ModTimeUnixNano int64                  `protobuf:"varint,5,opt,name=mod_time_unix_nano,json=modTimeUnixNano,proto3" json:"mod_time_unix_nano,omitempty"`
@@ -1491,7 +1558,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1570,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[23]
+	mi := &file_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,21 +1583,21 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_proto_rawDescGZIP(), []int{24}
 }
 
-func (x *FileInfo) GetName() string {
+func (x *FileInfo) GetName() []byte {
 	if x != nil {
 		return x.Name
 	}
-	return ""
+	return nil
 }
 
-func (x *FileInfo) GetPath() string {
+func (x *FileInfo) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
 }
 
 func (x *FileInfo) GetSize() int64 {
@@ -1562,15 +1629,17 @@ func (x *FileInfo) GetIsDir() bool {
 }
 
 type ListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// more is set when entries after the last one remain.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1651,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[24]
+	mi := &file_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1664,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResponse) GetEntries() []*FileInfo {
@@ -1605,9 +1674,16 @@ func (x *ListResponse) GetEntries() []*FileInfo {
 	return nil
 }
 
+func (x *ListResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type MkdirRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path          []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1615,7 +1691,7 @@ type MkdirRequest struct {
 
 func (x *MkdirRequest) Reset() {
 	*x = MkdirRequest{}
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1703,7 @@ func (x *MkdirRequest) String() string {
 func (*MkdirRequest) ProtoMessage() {}
 
 func (x *MkdirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[25]
+	mi := &file_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,14 +1716,14 @@ func (x *MkdirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirRequest.ProtoReflect.Descriptor instead.
 func (*MkdirRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_proto_rawDescGZIP(), []int{26}
 }
 
-func (x *MkdirRequest) GetPath() string {
+func (x *MkdirRequest) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
 }
 
 func (x *MkdirRequest) GetMode() uint32 {
@@ -1659,7 +1735,7 @@ func (x *MkdirRequest) GetMode() uint32 {
 
 type RemoveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path          []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Recursive     bool                   `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1667,7 +1743,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1755,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[26]
+	mi := &file_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,14 +1768,14 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_proto_rawDescGZIP(), []int{27}
 }
 
-func (x *RemoveRequest) GetPath() string {
+func (x *RemoveRequest) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
 }
 
 func (x *RemoveRequest) GetRecursive() bool {
@@ -1711,15 +1787,15 @@ func (x *RemoveRequest) GetRecursive() bool {
 
 type RenameRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	From          []byte                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            []byte                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1807,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[27]
+	mi := &file_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,34 +1820,35 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_proto_rawDescGZIP(), []int{28}
 }
 
-func (x *RenameRequest) GetFrom() string {
+func (x *RenameRequest) GetFrom() []byte {
 	if x != nil {
 		return x.From
 	}
-	return ""
+	return nil
 }
 
-func (x *RenameRequest) GetTo() string {
+func (x *RenameRequest) GetTo() []byte {
 	if x != nil {
 		return x.To
 	}
-	return ""
+	return nil
 }
 
+// Paths and link targets are bytes: Linux names need not be UTF-8.
 type SymlinkRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Target        []byte                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	Path          []byte                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SymlinkRequest) Reset() {
 	*x = SymlinkRequest{}
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1860,7 @@ func (x *SymlinkRequest) String() string {
 func (*SymlinkRequest) ProtoMessage() {}
 
 func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[28]
+	mi := &file_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,33 +1873,33 @@ func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkRequest.ProtoReflect.Descriptor instead.
 func (*SymlinkRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *SymlinkRequest) GetTarget() string {
+func (x *SymlinkRequest) GetTarget() []byte {
 	if x != nil {
 		return x.Target
 	}
-	return ""
+	return nil
 }
 
-func (x *SymlinkRequest) GetPath() string {
+func (x *SymlinkRequest) GetPath() []byte {
 	if x != nil {
 		return x.Path
 	}
-	return ""
+	return nil
 }
 
 type ReadlinkResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	Target        []byte                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadlinkResponse) Reset() {
 	*x = ReadlinkResponse{}
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1911,7 @@ func (x *ReadlinkResponse) String() string {
 func (*ReadlinkResponse) ProtoMessage() {}
 
 func (x *ReadlinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[29]
+	mi := &file_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,14 +1924,14 @@ func (x *ReadlinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkResponse.ProtoReflect.Descriptor instead.
 func (*ReadlinkResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_proto_rawDescGZIP(), []int{30}
 }
 
-func (x *ReadlinkResponse) GetTarget() string {
+func (x *ReadlinkResponse) GetTarget() []byte {
 	if x != nil {
 		return x.Target
 	}
-	return ""
+	return nil
 }
 
 type HealthResponse struct {
@@ -1869,7 +1946,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1958,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[30]
+	mi := &file_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1971,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HealthResponse) GetHostname() string {
@@ -1934,7 +2011,7 @@ type SetTimeRequest struct {
 
 func (x *SetTimeRequest) Reset() {
 	*x = SetTimeRequest{}
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2023,7 @@ func (x *SetTimeRequest) String() string {
 func (*SetTimeRequest) ProtoMessage() {}
 
 func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[31]
+	mi := &file_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2036,7 @@ func (x *SetTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetTimeRequest) GetUnixNano() int64 {
@@ -1978,7 +2055,7 @@ type ReseedRequest struct {
 
 func (x *ReseedRequest) Reset() {
 	*x = ReseedRequest{}
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2067,7 @@ func (x *ReseedRequest) String() string {
 func (*ReseedRequest) ProtoMessage() {}
 
 func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[32]
+	mi := &file_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2080,7 @@ func (x *ReseedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReseedRequest.ProtoReflect.Descriptor instead.
 func (*ReseedRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReseedRequest) GetEntropy() []byte {
@@ -2024,7 +2101,7 @@ type SetIdentityRequest struct {
 
 func (x *SetIdentityRequest) Reset() {
 	*x = SetIdentityRequest{}
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2113,7 @@ func (x *SetIdentityRequest) String() string {
 func (*SetIdentityRequest) ProtoMessage() {}
 
 func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[33]
+	mi := &file_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2126,7 @@ func (x *SetIdentityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetIdentityRequest.ProtoReflect.Descriptor instead.
 func (*SetIdentityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetIdentityRequest) GetHostname() string {
@@ -2077,7 +2154,7 @@ type NextEventsRequest struct {
 
 func (x *NextEventsRequest) Reset() {
 	*x = NextEventsRequest{}
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2166,7 @@ func (x *NextEventsRequest) String() string {
 func (*NextEventsRequest) ProtoMessage() {}
 
 func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[34]
+	mi := &file_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2179,7 @@ func (x *NextEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextEventsRequest.ProtoReflect.Descriptor instead.
 func (*NextEventsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{34}
+	return file_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NextEventsRequest) GetAfter() uint64 {
@@ -2141,7 +2218,7 @@ type NextEventsResponse struct {
 
 func (x *NextEventsResponse) Reset() {
 	*x = NextEventsResponse{}
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2230,7 @@ func (x *NextEventsResponse) String() string {
 func (*NextEventsResponse) ProtoMessage() {}
 
 func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[35]
+	mi := &file_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2243,7 @@ func (x *NextEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextEventsResponse.ProtoReflect.Descriptor instead.
 func (*NextEventsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{35}
+	return file_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NextEventsResponse) GetEvents() []*GuestEvent {
@@ -2215,7 +2292,7 @@ type GuestEvent struct {
 
 func (x *GuestEvent) Reset() {
 	*x = GuestEvent{}
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2304,7 @@ func (x *GuestEvent) String() string {
 func (*GuestEvent) ProtoMessage() {}
 
 func (x *GuestEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[36]
+	mi := &file_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2317,7 @@ func (x *GuestEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestEvent.ProtoReflect.Descriptor instead.
 func (*GuestEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{36}
+	return file_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GuestEvent) GetSeq() uint64 {
@@ -2329,7 +2406,7 @@ type FileEvent struct {
 
 func (x *FileEvent) Reset() {
 	*x = FileEvent{}
-	mi := &file_agent_proto_msgTypes[37]
+	mi := &file_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2418,7 @@ func (x *FileEvent) String() string {
 func (*FileEvent) ProtoMessage() {}
 
 func (x *FileEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[37]
+	mi := &file_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2431,7 @@ func (x *FileEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEvent.ProtoReflect.Descriptor instead.
 func (*FileEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{37}
+	return file_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileEvent) GetOp() string {
@@ -2417,7 +2494,7 @@ type PackageEvent struct {
 
 func (x *PackageEvent) Reset() {
 	*x = PackageEvent{}
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2506,7 @@ func (x *PackageEvent) String() string {
 func (*PackageEvent) ProtoMessage() {}
 
 func (x *PackageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2519,7 @@ func (x *PackageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackageEvent.ProtoReflect.Descriptor instead.
 func (*PackageEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{38}
+	return file_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PackageEvent) GetManager() string {
@@ -2496,7 +2573,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vErrnoDetail\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\x8e\x02\n" +
+	"\x04path\x18\x03 \x01(\fR\x04path\"\x8e\x02\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12:\n" +
@@ -2581,7 +2658,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03eof\x18\x02 \x01(\bR\x03eof\"7\n" +
 	"\rCreateRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\fR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\"?\n" +
 	"\x11WriteChunkRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x12\n" +
@@ -2589,30 +2666,36 @@ const file_agent_proto_rawDesc = "" +
 	"\x0eCommitResponse\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\"!\n" +
 	"\vPathRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\x9e\x01\n" +
+	"\x04path\x18\x01 \x01(\fR\x04path\"X\n" +
+	"\vListRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\fR\x04path\x12\x14\n" +
+	"\x05after\x18\x02 \x01(\fR\x05after\x12\x1f\n" +
+	"\vmax_entries\x18\x03 \x01(\rR\n" +
+	"maxEntries\"\x9e\x01\n" +
 	"\bFileInfo\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\fR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\fR\x04path\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12+\n" +
 	"\x12mod_time_unix_nano\x18\x05 \x01(\x03R\x0fmodTimeUnixNano\x12\x15\n" +
-	"\x06is_dir\x18\x06 \x01(\bR\x05isDir\"E\n" +
+	"\x06is_dir\x18\x06 \x01(\bR\x05isDir\"Y\n" +
 	"\fListResponse\x125\n" +
-	"\aentries\x18\x01 \x03(\v2\x1b.agentbox.agent.v1.FileInfoR\aentries\"6\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.agentbox.agent.v1.FileInfoR\aentries\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"6\n" +
 	"\fMkdirRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\fR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\"A\n" +
 	"\rRemoveRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\x04path\x18\x01 \x01(\fR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\"3\n" +
 	"\rRenameRequest\x12\x12\n" +
-	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\tR\x02to\"<\n" +
+	"\x04from\x18\x01 \x01(\fR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\fR\x02to\"<\n" +
 	"\x0eSymlinkRequest\x12\x16\n" +
-	"\x06target\x18\x01 \x01(\tR\x06target\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"*\n" +
+	"\x06target\x18\x01 \x01(\fR\x06target\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\fR\x04path\"*\n" +
 	"\x10ReadlinkResponse\x12\x16\n" +
-	"\x06target\x18\x01 \x01(\tR\x06target\"\x87\x01\n" +
+	"\x06target\x18\x01 \x01(\fR\x06target\"\x87\x01\n" +
 	"\x0eHealthResponse\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x16\n" +
 	"\x06kernel\x18\x02 \x01(\tR\x06kernel\x12\x1b\n" +
@@ -2684,7 +2767,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Commit\x12 .agentbox.agent.v1.HandleRequest\x1a!.agentbox.agent.v1.CommitResponse\x12C\n" +
 	"\x05Close\x12 .agentbox.agent.v1.HandleRequest\x1a\x18.agentbox.agent.v1.Empty\x12C\n" +
 	"\x04Stat\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1b.agentbox.agent.v1.FileInfo\x12G\n" +
-	"\x04List\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.ListResponse\x12B\n" +
+	"\x04List\x12\x1e.agentbox.agent.v1.ListRequest\x1a\x1f.agentbox.agent.v1.ListResponse\x12B\n" +
 	"\x05Mkdir\x12\x1f.agentbox.agent.v1.MkdirRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Remove\x12 .agentbox.agent.v1.RemoveRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Rename\x12 .agentbox.agent.v1.RenameRequest\x1a\x18.agentbox.agent.v1.Empty\x12F\n" +
@@ -2713,7 +2796,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -2739,36 +2822,37 @@ var file_agent_proto_goTypes = []any{
 	(*WriteChunkRequest)(nil),    // 21: agentbox.agent.v1.WriteChunkRequest
 	(*CommitResponse)(nil),       // 22: agentbox.agent.v1.CommitResponse
 	(*PathRequest)(nil),          // 23: agentbox.agent.v1.PathRequest
-	(*FileInfo)(nil),             // 24: agentbox.agent.v1.FileInfo
-	(*ListResponse)(nil),         // 25: agentbox.agent.v1.ListResponse
-	(*MkdirRequest)(nil),         // 26: agentbox.agent.v1.MkdirRequest
-	(*RemoveRequest)(nil),        // 27: agentbox.agent.v1.RemoveRequest
-	(*RenameRequest)(nil),        // 28: agentbox.agent.v1.RenameRequest
-	(*SymlinkRequest)(nil),       // 29: agentbox.agent.v1.SymlinkRequest
-	(*ReadlinkResponse)(nil),     // 30: agentbox.agent.v1.ReadlinkResponse
-	(*HealthResponse)(nil),       // 31: agentbox.agent.v1.HealthResponse
-	(*SetTimeRequest)(nil),       // 32: agentbox.agent.v1.SetTimeRequest
-	(*ReseedRequest)(nil),        // 33: agentbox.agent.v1.ReseedRequest
-	(*SetIdentityRequest)(nil),   // 34: agentbox.agent.v1.SetIdentityRequest
-	(*NextEventsRequest)(nil),    // 35: agentbox.agent.v1.NextEventsRequest
-	(*NextEventsResponse)(nil),   // 36: agentbox.agent.v1.NextEventsResponse
-	(*GuestEvent)(nil),           // 37: agentbox.agent.v1.GuestEvent
-	(*FileEvent)(nil),            // 38: agentbox.agent.v1.FileEvent
-	(*PackageEvent)(nil),         // 39: agentbox.agent.v1.PackageEvent
-	nil,                          // 40: agentbox.agent.v1.StartRequest.EnvEntry
+	(*ListRequest)(nil),          // 24: agentbox.agent.v1.ListRequest
+	(*FileInfo)(nil),             // 25: agentbox.agent.v1.FileInfo
+	(*ListResponse)(nil),         // 26: agentbox.agent.v1.ListResponse
+	(*MkdirRequest)(nil),         // 27: agentbox.agent.v1.MkdirRequest
+	(*RemoveRequest)(nil),        // 28: agentbox.agent.v1.RemoveRequest
+	(*RenameRequest)(nil),        // 29: agentbox.agent.v1.RenameRequest
+	(*SymlinkRequest)(nil),       // 30: agentbox.agent.v1.SymlinkRequest
+	(*ReadlinkResponse)(nil),     // 31: agentbox.agent.v1.ReadlinkResponse
+	(*HealthResponse)(nil),       // 32: agentbox.agent.v1.HealthResponse
+	(*SetTimeRequest)(nil),       // 33: agentbox.agent.v1.SetTimeRequest
+	(*ReseedRequest)(nil),        // 34: agentbox.agent.v1.ReseedRequest
+	(*SetIdentityRequest)(nil),   // 35: agentbox.agent.v1.SetIdentityRequest
+	(*NextEventsRequest)(nil),    // 36: agentbox.agent.v1.NextEventsRequest
+	(*NextEventsResponse)(nil),   // 37: agentbox.agent.v1.NextEventsResponse
+	(*GuestEvent)(nil),           // 38: agentbox.agent.v1.GuestEvent
+	(*FileEvent)(nil),            // 39: agentbox.agent.v1.FileEvent
+	(*PackageEvent)(nil),         // 40: agentbox.agent.v1.PackageEvent
+	nil,                          // 41: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	40, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	41, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
 	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
 	12, // 3: agentbox.agent.v1.SessionSummary.stdout:type_name -> agentbox.agent.v1.StreamSummary
 	12, // 4: agentbox.agent.v1.SessionSummary.stderr:type_name -> agentbox.agent.v1.StreamSummary
 	10, // 5: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
-	24, // 6: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
-	24, // 7: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
-	37, // 8: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
-	38, // 9: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
-	39, // 10: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
+	25, // 6: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
+	25, // 7: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
+	38, // 8: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
+	39, // 9: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
+	40, // 10: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
 	3,  // 11: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
 	5,  // 12: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
 	8,  // 13: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
@@ -2783,19 +2867,19 @@ var file_agent_proto_depIdxs = []int32{
 	16, // 22: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
 	16, // 23: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
 	23, // 24: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
-	23, // 25: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.PathRequest
-	26, // 26: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
-	27, // 27: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
-	28, // 28: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	29, // 29: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
+	24, // 25: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.ListRequest
+	27, // 26: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
+	28, // 27: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
+	29, // 28: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
+	30, // 29: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
 	23, // 30: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
 	1,  // 31: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	32, // 32: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	33, // 33: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	34, // 34: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	33, // 32: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	34, // 33: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	35, // 34: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
 	1,  // 35: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
 	1,  // 36: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	35, // 37: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	36, // 37: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
 	4,  // 38: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
 	7,  // 39: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
 	1,  // 40: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
@@ -2809,20 +2893,20 @@ var file_agent_proto_depIdxs = []int32{
 	1,  // 48: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
 	22, // 49: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
 	1,  // 50: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	24, // 51: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	25, // 52: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	25, // 51: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	26, // 52: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
 	1,  // 53: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
 	1,  // 54: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
 	1,  // 55: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
 	1,  // 56: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
-	30, // 57: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
-	31, // 58: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	31, // 57: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
+	32, // 58: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
 	1,  // 59: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
 	1,  // 60: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
 	1,  // 61: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
 	1,  // 62: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
 	1,  // 63: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	36, // 64: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	37, // 64: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
 	38, // [38:65] is the sub-list for method output_type
 	11, // [11:38] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
@@ -2835,7 +2919,7 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
-	file_agent_proto_msgTypes[36].OneofWrappers = []any{
+	file_agent_proto_msgTypes[37].OneofWrappers = []any{
 		(*GuestEvent_File)(nil),
 		(*GuestEvent_Package)(nil),
 	}
@@ -2845,7 +2929,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -148,7 +148,7 @@ type FilesService interface {
 	Commit(context.Context, *HandleRequest) (*CommitResponse, error)
 	Close(context.Context, *HandleRequest) (*Empty, error)
 	Stat(context.Context, *PathRequest) (*FileInfo, error)
-	List(context.Context, *PathRequest) (*ListResponse, error)
+	List(context.Context, *ListRequest) (*ListResponse, error)
 	Mkdir(context.Context, *MkdirRequest) (*Empty, error)
 	Remove(context.Context, *RemoveRequest) (*Empty, error)
 	Rename(context.Context, *RenameRequest) (*Empty, error)
@@ -209,7 +209,7 @@ func RegisterFilesService(srv *ttrpc.Server, svc FilesService) {
 				return svc.Stat(ctx, &req)
 			},
 			"List": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
-				var req PathRequest
+				var req ListRequest
 				if err := unmarshal(&req); err != nil {
 					return nil, err
 				}
@@ -320,7 +320,7 @@ func (c *filesClient) Stat(ctx context.Context, req *PathRequest) (*FileInfo, er
 	return &resp, nil
 }
 
-func (c *filesClient) List(ctx context.Context, req *PathRequest) (*ListResponse, error) {
+func (c *filesClient) List(ctx context.Context, req *ListRequest) (*ListResponse, error) {
 	var resp ListResponse
 	if err := c.client.Call(ctx, "agentbox.agent.v1.Files", "List", req, &resp); err != nil {
 		return nil, err

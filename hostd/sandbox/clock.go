@@ -1,0 +1,52 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+)
+
+// A guest's clock comes from the host: the guest has no clock source of
+// its own worth trusting (a cold boot under TCG starts ~2 s behind, a
+// restored VM is as old as its snapshot). hostd sets it when the agent
+// first answers after a boot (boot) or a restore (wake), and again every
+// clockResync while the sandbox runs (keepClock), so the times the guest
+// stamps (exec ends, file events) are on the recorder's clock too.
+
+// clockResync is how often a running guest's clock is set again.
+const clockResync = time.Minute
+
+// setClock sets b's guest clock to the host's.
+func setClock(ctx context.Context, b *box) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	return c.SetTime(ctx, time.Now())
+}
+
+// keepClock sets b's guest clock every clockResync until b goes.
+func (m *Manager) keepClock(b *box) {
+	t := time.NewTicker(clockResync)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.gone:
+			return
+		case <-t.C:
+		}
+		if err := setClock(context.Background(), b); err != nil {
+			m.log.Debug("guest clock", "sandbox_id", b.id, "err", err)
+		}
+	}
+}
+
+// hostTime puts a time the guest stamped on the recorder's clock: never
+// later than now (a guest clock ahead, or a guest lying).
+func hostTime(guest time.Time) time.Time {
+	if now := time.Now(); guest.IsZero() || guest.After(now) {
+		return now
+	}
+	return guest
+}
