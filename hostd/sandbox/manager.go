@@ -101,6 +101,7 @@ type Manager struct {
 	snaps *snapshot.Engine
 	reg   registry
 	pools pools
+	warm  warm
 	nets  networks
 	rec   flight
 	// limits resolves requests' limits (it knows the base image's size).
@@ -176,6 +177,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps}
+	m.warm = warm{m: m}
 	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
 	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	m.mnts = mountSets{cfg: opts.Mounts}
@@ -238,7 +240,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		return Info{}, err
 	}
 	if opts.Template != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
-		if b, rec, ok := m.claim(ctx, opts); ok {
+		if b, rec, ok := m.warm.claim(ctx, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
 				m.teardown(b, err)
 				m.reg.remove(b.id)

@@ -128,89 +128,93 @@ func (p *pool) fill(on bool) bool {
 	return true
 }
 
+// warm fills, drains and claims from the templates' warm pools on behalf
+// of its manager.
+type warm struct{ m *Manager }
+
 // claim takes a warm sandbox of opts.Template, if one is ready, and wakes
 // it as a new sandbox. The pool refills in the background.
-func (m *Manager) claim(ctx context.Context, opts CreateOptions) (*box, store.Sandbox, bool) {
-	p := m.pools.of(opts.Template)
-	defer m.refillLater(opts.Template)
+func (w *warm) claim(ctx context.Context, opts CreateOptions) (*box, store.Sandbox, bool) {
+	p := w.m.pools.of(opts.Template)
+	defer w.refillLater(opts.Template)
 	for {
 		e, ok := p.take()
 		if !ok {
 			return nil, store.Sandbox{}, false
 		}
 		e.rec.Env, e.rec.Metadata, e.rec.TimeoutS, e.rec.CreatedAt = opts.Env, opts.Metadata, opts.TimeoutS, time.Now().UTC()
-		if err := m.opts.Store.PutSandbox(ctx, e.rec); err != nil {
-			m.discard(e)
+		if err := w.m.opts.Store.PutSandbox(ctx, e.rec); err != nil {
+			w.discard(e)
 			return nil, store.Sandbox{}, false
 		}
-		if err := m.nets.claim(ctx, e.b.id, opts.Network); err != nil {
-			m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
+		if err := w.m.nets.claim(ctx, e.b.id, opts.Network); err != nil {
+			w.m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
 			p.put(e, true)
-			_ = m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
+			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			return nil, store.Sandbox{}, false
 		}
-		if err := m.wake(ctx, e.b, true); err != nil {
-			m.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
-			m.discard(e)
-			_ = m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
+		if err := w.m.wake(ctx, e.b, true); err != nil {
+			w.m.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
+			w.discard(e)
+			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			continue
 		}
-		m.log.Info("warm sandbox claimed", "sandbox_id", e.b.id, "template", opts.Template)
+		w.m.log.Info("warm sandbox claimed", "sandbox_id", e.b.id, "template", opts.Template)
 		return e.b, e.rec, true
 	}
 }
 
-func (m *Manager) discard(e poolEntry) {
-	m.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
-	m.reg.remove(e.b.id)
+func (w *warm) discard(e poolEntry) {
+	w.m.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
+	w.m.reg.remove(e.b.id)
 }
 
-func (m *Manager) refillLater(name string) { m.spawn(func() { m.refill(context.Background(), name) }) }
+func (w *warm) refillLater(name string) { w.m.spawn(func() { w.refill(context.Background(), name) }) }
 
 // refill restores sandboxes into a template's pool until it holds its size.
-func (m *Manager) refill(ctx context.Context, name string) {
-	p := m.pools.of(name)
+func (w *warm) refill(ctx context.Context, name string) {
+	p := w.m.pools.of(name)
 	if !p.fill(true) {
 		return
 	}
 	defer p.fill(false)
-	for !m.closing() {
-		t, err := m.opts.Store.GetTemplate(ctx, name)
+	for !w.m.closing() {
+		t, err := w.m.opts.Store.GetTemplate(ctx, name)
 		if err != nil {
 			return // deleted
 		}
 		if p.size() >= t.PoolSize {
 			return
 		}
-		sn, err := m.opts.Store.GetSnapshot(ctx, t.SnapshotID)
+		sn, err := w.m.opts.Store.GetSnapshot(ctx, t.SnapshotID)
 		if err != nil {
-			m.log.Error("pool: template snapshot", "template", name, "err", err)
+			w.m.log.Error("pool: template snapshot", "template", name, "err", err)
 			return
 		}
 		id := newSandboxID()
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
-			Dir: filepath.Join(m.opts.DataDir, "sandboxes", id)}
+			Dir: filepath.Join(w.m.opts.DataDir, "sandboxes", id)}
 		var b *box
-		err = m.nets.attach(ctx, id, m.nets.defaults())
+		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
 		if err == nil {
-			b, err = m.restore(ctx, rec, sn, false)
+			b, err = w.m.restore(ctx, rec, sn, false)
 		}
 		if err == nil {
-			err = m.prewarm(ctx, b)
+			err = w.prewarm(ctx, b)
 		}
 		if err != nil {
-			m.log.Error("pool: restore", "template", name, "err", err)
+			w.m.log.Error("pool: restore", "template", name, "err", err)
 			if b != nil && b.vm != nil {
-				m.teardown(b, err)
+				w.m.teardown(b, err)
 			}
-			m.nets.detach(id)
-			m.reg.remove(id)
-			removeDir(rec.Dir, m.log)
+			w.m.nets.detach(id)
+			w.m.reg.remove(id)
+			removeDir(rec.Dir, w.m.log)
 			return
 		}
 		p.put(poolEntry{b: b, rec: rec}, false)
-		if m.closing() {
-			m.drainPool(name)
+		if w.m.closing() {
+			w.drainPool(name)
 		}
 	}
 }
@@ -219,11 +223,11 @@ func (m *Manager) refill(ctx context.Context, name string) {
 // paths a claim takes (agent calls, a first exec) are already translated by
 // the VMM (under TCG a fresh process starts with no translated code), then
 // pauses it again.
-func (m *Manager) prewarm(ctx context.Context, b *box) error {
+func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
 	}
-	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
+	if err := b.connect(ctx, w.m.opts.BootTimeout); err != nil {
 		return err
 	}
 	c, err := b.client(ctx)
@@ -259,15 +263,15 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 	if err := tm.m.opts.Store.PutTemplate(ctx, t); err != nil {
 		return TemplateInfo{}, err
 	}
-	tm.m.drainPool(name) // a replaced template's warm sandboxes are stale
-	tm.m.refillLater(name)
+	tm.m.warm.drainPool(name) // a replaced template's warm sandboxes are stale
+	tm.m.warm.refillLater(name)
 	return tm.templateInfo(t), nil
 }
 
 // drainPool ends a template's warm sandboxes.
-func (m *Manager) drainPool(name string) {
-	for _, e := range m.pools.of(name).drain() {
-		m.discard(e)
+func (w *warm) drainPool(name string) {
+	for _, e := range w.m.pools.of(name).drain() {
+		w.discard(e)
 	}
 }
 
@@ -306,25 +310,25 @@ func (tm *Templates) DeleteTemplate(ctx context.Context, name string) error {
 	if err := tm.m.opts.Store.DeleteTemplate(ctx, name); err != nil {
 		return err
 	}
-	tm.m.drainPool(name)
+	tm.m.warm.drainPool(name)
 	return nil
 }
 
 // startPools fills every template's pool (at start).
-func (m *Manager) startPools(ctx context.Context) error {
-	ts, err := m.opts.Store.ListTemplates(ctx)
+func (w *warm) startPools(ctx context.Context) error {
+	ts, err := w.m.opts.Store.ListTemplates(ctx)
 	if err != nil {
 		return err
 	}
 	for _, t := range ts {
-		m.refillLater(t.Name)
+		w.refillLater(t.Name)
 	}
 	return nil
 }
 
 // stopPools ends every warm sandbox (at stop).
-func (m *Manager) stopPools() {
-	for n := range m.pools.all() {
-		m.drainPool(n)
+func (w *warm) stopPools() {
+	for n := range w.m.pools.all() {
+		w.drainPool(n)
 	}
 }

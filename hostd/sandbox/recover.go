@@ -53,7 +53,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err := m.snaps.Sweep(ctx); err != nil {
 		return err
 	}
-	defer m.startPools(ctx)
+	defer m.warm.startPools(ctx)
 	ents, err := os.ReadDir(filepath.Join(m.opts.DataDir, "sandboxes"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -94,7 +94,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, e := range m.reg.entries() {
 		e.stopTimers()
 	}
-	m.stopPools()
+	m.warm.stopPools()
 	var errs []error
 	for _, b := range m.reg.boxes() {
 		if !m.reg.forget(b) {

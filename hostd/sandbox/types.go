@@ -15,9 +15,9 @@
 //     network attachment, usage meter, TTL timer, exec timeouts and the
 //     recorder's state.
 //   - box (box.go): one VM of a sandbox and its agent connection.
-//   - networks, flight, limitPolicy, reaper, pools: the network attachments,
-//     the flight recorder's glue, limit resolution, the orphan reaper and
-//     the warm pools.
+//   - networks, flight, limitPolicy, reaper, pools and warm: the network
+//     attachments, the flight recorder's glue, limit resolution, the orphan
+//     reaper, the warm pools and their filling and claiming.
 //
 // Lock order (outer first). box.op serializes the lifecycle operations of
 // one VM (snapshot, pause, delete), and entry.resume the resumes of one
