@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -49,7 +50,7 @@ func Build(ctx context.Context, c *client.Client, name, file string, opts BuildO
 		return client.Template{}, fmt.Errorf("%s: %w", file, err)
 	}
 	if opts.Context == "" {
-		opts.Context = dirOf(file)
+		opts.Context = filepath.Dir(file)
 	}
 	tr, err := f.Translate(opts.Context, base)
 	if err != nil {
@@ -58,13 +59,6 @@ func Build(ctx context.Context, c *client.Client, name, file string, opts BuildO
 	bp.Steps = tr.Steps
 	return blueprint.Build(ctx, c, name, bp, blueprint.BuildOptions{Out: opts.Out, Err: opts.Err, Pool: opts.Pool,
 		NoCache: opts.NoCache, BaseDir: opts.Context})
-}
-
-func dirOf(file string) string {
-	if i := strings.LastIndexByte(file, os.PathSeparator); i >= 0 {
-		return file[:i+1]
-	}
-	return "."
 }
 
 // ImageTemplateName is the template a FROM image is built into.
