@@ -61,9 +61,10 @@ func Build(ctx context.Context, c *client.Client, name, file string, opts BuildO
 		NoCache: opts.NoCache, BaseDir: opts.Context})
 }
 
-// ImageTemplateName is the template a FROM image is built into.
-func ImageTemplateName(ref string) string {
-	sum := sha256.Sum256([]byte(ref))
+// ImageTemplateName is the template a FROM image is built into (with
+// hostd's kernel, or with kernel and modules).
+func ImageTemplateName(ref string, kernel ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{ref}, kernel...), "\x00")))
 	return "image-" + hex.EncodeToString(sum[:])[:12]
 }
 
@@ -122,6 +123,9 @@ func resolveFrom(ctx context.Context, c *client.Client, f *File, opts BuildOptio
 // imageTemplate builds ref's image template, or reuses it.
 func imageTemplate(ctx context.Context, c *client.Client, ref string, opts BuildOptions) (client.Template, error) {
 	name := ImageTemplateName(ref)
+	if opts.Image.Kernel != "" {
+		name = ImageTemplateName(ref, opts.Image.Kernel, opts.Image.Modules)
+	}
 	if t, err := c.GetTemplate(ctx, name); err == nil && !opts.NoCache && t.Image != nil && t.Image.Ref == ref {
 		if opts.Out != nil {
 			fmt.Fprintf(opts.Out, "FROM image %s: template %s (reused)\n", ref, name)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/client/dockerfile"
 )
 
@@ -42,10 +41,12 @@ func buildDockerfile(ctx context.Context, cmd *cli.Command, file string) error {
 	if err != nil {
 		return err
 	}
+	img, err := imageSource(cmd)
+	if err != nil {
+		return err
+	}
 	opts := dockerfile.BuildOptions{Context: cmd.Args().Get(1), BuildArgs: args, Out: stderr(cmd), Err: stderr(cmd),
-		Pool: int(cmd.Int("pool")), NoCache: cmd.Bool("no-cache"),
-		Image: client.ImageSource{Insecure: cmd.Bool("insecure-registry"), RegistrySecret: cmd.String("registry-secret"),
-			FreeMiB: int(cmd.Int("free-mib")), MemoryMiB: int(cmd.Int("memory-mib"))}}
+		Pool: int(cmd.Int("pool")), NoCache: cmd.Bool("no-cache"), Image: img}
 	if opts.Context == "" {
 		opts.Context = filepath.Dir(file)
 	}
