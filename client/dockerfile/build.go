@@ -93,6 +93,14 @@ func From(arg string) (kind, name string) {
 func resolveFrom(ctx context.Context, c *client.Client, f *File, opts BuildOptions) (blueprint.Blueprint, Config, error) {
 	lineErr := func(err error) error { return &LineError{Line: f.FromLine, Err: err} }
 	kind, name := From(f.From)
+	if opts.Image.Kernel != "" || opts.Image.Modules != "" {
+		if kind != "" {
+			return blueprint.Blueprint{}, Config{}, lineErr(errors.New("a kernel applies to a FROM image's template only, not to FROM " + f.From))
+		}
+		if _, err := c.GetTemplate(ctx, name); err == nil {
+			return blueprint.Blueprint{}, Config{}, lineErr(fmt.Errorf("a kernel applies to a FROM image's template only, and %s is a template", name))
+		}
+	}
 	switch {
 	case f.From == "scratch":
 		return blueprint.Blueprint{}, Config{}, lineErr(errors.New("FROM scratch is not supported: start from an image, a template or base:debian-bookworm"))

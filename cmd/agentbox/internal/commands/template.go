@@ -65,6 +65,9 @@ func templateBuildCommand() *cli.Command {
 				}
 				return printResult(cmd, t, t.Name)
 			}
+			if cmd.String("kernel") != "" || cmd.String("modules") != "" {
+				return fmt.Errorf("%s: --kernel and --modules need --image (or a Dockerfile FROM an image)", cmd.Name)
+			}
 			bp, err := blueprint.ParseFile(file)
 			if err != nil {
 				return err

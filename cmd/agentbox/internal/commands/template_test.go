@@ -151,3 +151,20 @@ func TestTemplateBuildDockerfile(t *testing.T) {
 		t.Errorf("unsupported line: got %+v, want an error naming line 2", got)
 	}
 }
+
+func TestTemplateBuildKernelNeedsImage(t *testing.T) {
+	h := blueprinttest.New(t)
+	got := runHost(t, h, "template", "build", "-f", writeBlueprint(t, testBlueprint), "--kernel", "/boot/vmlinuz", "app")
+	if got.code == 0 || !strings.Contains(got.stderr, "--kernel and --modules need --image") {
+		t.Errorf("blueprint with --kernel: got %+v, want a refusal", got)
+	}
+	dir := t.TempDir()
+	df := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM base:debian-bookworm\nRUN true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got = runHost(t, h, "template", "build", "-f", df, "--kernel", "/boot/vmlinuz", "app")
+	if got.code == 0 || !strings.Contains(got.stderr, "line 1: a kernel applies to a FROM image's template only") {
+		t.Errorf("Dockerfile FROM base with --kernel: got %+v, want a refusal naming line 1", got)
+	}
+}
