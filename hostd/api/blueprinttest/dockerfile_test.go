@@ -18,7 +18,7 @@ import (
 func dockerfileCtx(t *testing.T, dir, src string) string {
 	t.Helper()
 	for name, content := range map[string]string{"app/main.go": "package main", "app/debug.log": "noise",
-		".dockerignore": "*.log\n**/*.log\n", "Dockerfile": src} {
+		"app/keep.log": "kept", "app/cache/x": "cached", ".dockerignore": "**/*.log\n!app/keep.log\napp/cache\n", "Dockerfile": src} {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -76,8 +76,13 @@ func TestDockerfileBuildCachesLines(t *testing.T) {
 	if _, ok := env.host.File("/opt/app/main.go"); !ok {
 		t.Error("COPY: /opt/app/main.go missing")
 	}
-	if _, ok := env.host.File("/opt/app/debug.log"); ok {
-		t.Error("COPY: /opt/app/debug.log copied despite .dockerignore")
+	for _, p := range []string{"/opt/app/debug.log", "/opt/app/cache/x"} {
+		if _, ok := env.host.File(p); ok {
+			t.Errorf("COPY: %s copied despite .dockerignore", p)
+		}
+	}
+	if f, ok := env.host.File("/opt/app/keep.log"); !ok || string(f.Data) != "kept" {
+		t.Error("COPY: /opt/app/keep.log (a .dockerignore exception) not copied")
 	}
 	f, ok := env.host.File(dockerfile.ConfigFile)
 	var cfg dockerfile.Config
