@@ -801,8 +801,14 @@ type ImageSource struct {
 	// Insecure Allow plain HTTP to this registry (loopback registries always may).
 	Insecure bool `json:"insecure,omitempty"`
 
+	// Kernel The template's own guest kernel (a PVH vmlinux or a bzImage), a path on hostd's machine under a directory it imports from ("" = hostd's). The template boots it once; its sandboxes restore that boot's memory.
+	Kernel string `json:"kernel,omitempty"`
+
 	// MemoryMiB Memory of the template's sandboxes (0 = hostd's default).
 	MemoryMiB int `json:"memory_mib,omitempty"`
+
+	// Modules With kernel, a directory (under an import directory) of the kernel's modules as guestinit loads them: flat .ko files and a modules.order listing them in load order ("" = hostd's initramfs modules).
+	Modules string `json:"modules,omitempty"`
 
 	// Ref A registry reference (registry/repo:tag or registry/repo@sha256:...), or a path on hostd's machine, under a directory it imports from, of an OCI layout directory or a `docker save` tarball.
 	Ref string `json:"ref"`

@@ -46,7 +46,7 @@ func newImageTemplates(cfg Config, st *store.Store, svc sandbox.Service, box *se
 		src.Keychain = kc
 	}
 	b := &imagetemplate.Builder{Sandboxes: svc, Store: st, Bases: &oci.Builder{Dir: filepath.Join(cfg.DataDir, "images"), MaxBytes: ic.MaxMiB << 20},
-		Source: src, Log: log}
+		Source: src, Log: log, Initramfs: cfg.Initramfs, KernelDir: filepath.Join(cfg.DataDir, "kernels")}
 	if box != nil {
 		b.Secrets = box
 	}

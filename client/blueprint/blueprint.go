@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moby/patternmatcher"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -65,6 +66,25 @@ type Step struct {
 	Env map[string]string `yaml:"env,omitempty"`
 	// Workdir is the working directory of later run steps.
 	Workdir string `yaml:"workdir,omitempty"`
+
+	// Exec is a command run as an argv, without a shell (a Dockerfile's
+	// exec-form RUN); it must exit 0.
+	Exec []string `yaml:"-"`
+	// File writes a guest file (a Dockerfile's recorded config).
+	File *File `yaml:"-"`
+	// RunEnv is added to the env of this run or exec step only (a
+	// Dockerfile's ARGs); it is part of the step's cache key.
+	RunEnv map[string]string `yaml:"-"`
+	// Label, if set, is how progress shows the step (a Dockerfile's
+	// instruction); it is not part of the cache key.
+	Label string `yaml:"-"`
+}
+
+// File is a file step: Content written to the absolute guest path Path
+// (mode 0644, parents created).
+type File struct {
+	Path    string
+	Content string
 }
 
 // Copy is a copy step. Src is a local path, relative to the blueprint's
@@ -74,6 +94,9 @@ type Step struct {
 type Copy struct {
 	Src  string `yaml:"src"`
 	Dest string `yaml:"dest"`
+	// Ignore, if set, leaves out what it matches (a .dockerignore), by
+	// path relative to the build's BaseDir.
+	Ignore *patternmatcher.PatternMatcher `yaml:"-"`
 }
 
 // Step kinds, as Kind returns them.
@@ -82,6 +105,8 @@ const (
 	KindCopy    = "copy"
 	KindEnv     = "env"
 	KindWorkdir = "workdir"
+	KindExec    = "exec"
+	KindFile    = "file"
 )
 
 // Kind returns the step's kind ("run", "copy", "env", "workdir"), or "" if
@@ -100,6 +125,12 @@ func (s Step) Kind() string {
 	if s.Workdir != "" {
 		kinds = append(kinds, KindWorkdir)
 	}
+	if s.Exec != nil {
+		kinds = append(kinds, KindExec)
+	}
+	if s.File != nil {
+		kinds = append(kinds, KindFile)
+	}
 	if len(kinds) != 1 {
 		return ""
 	}
@@ -108,6 +139,9 @@ func (s Step) Kind() string {
 
 // String is the step as progress shows it, e.g. "RUN apt-get install -y jq".
 func (s Step) String() string {
+	if s.Label != "" {
+		return s.Label
+	}
 	switch s.Kind() {
 	case KindRun:
 		line, rest, _ := strings.Cut(strings.TrimSpace(s.Run), "\n")
@@ -125,6 +159,10 @@ func (s Step) String() string {
 		return "ENV " + strings.Join(kv, " ")
 	case KindWorkdir:
 		return "WORKDIR " + s.Workdir
+	case KindExec:
+		return "RUN " + strings.Join(s.Exec, " ")
+	case KindFile:
+		return "FILE " + s.File.Path
 	}
 	return "INVALID"
 }
@@ -275,6 +313,14 @@ func (s Step) validate() error {
 	case KindWorkdir:
 		if !path.IsAbs(s.Workdir) {
 			return fmt.Errorf("workdir: must be an absolute guest path, got %q", s.Workdir)
+		}
+	case KindExec:
+		if len(s.Exec) == 0 || s.Exec[0] == "" {
+			return errors.New("exec: empty argv")
+		}
+	case KindFile:
+		if !path.IsAbs(s.File.Path) {
+			return fmt.Errorf("file: must be an absolute guest path, got %q", s.File.Path)
 		}
 	default:
 		return errors.New("a step needs exactly one of run, copy, env or workdir")

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/moby/patternmatcher"
 )
 
 // keyVersion is part of every first key: changing how keys are computed
@@ -54,7 +56,7 @@ func plan(bp Blueprint, baseDir, templateSnapshot string) ([]string, map[int]*tr
 	for i, s := range bp.Steps {
 		var content []byte
 		if s.Kind() == KindCopy {
-			t, err := scan(localPath(baseDir, s.Copy.Src))
+			t, err := scan(localPath(baseDir, s.Copy.Src), baseDir, s.Copy.Ignore)
 			if err != nil {
 				return nil, nil, &StepError{Step: i + 1, Err: fmt.Errorf("copy: %w", err)}
 			}
@@ -79,9 +81,16 @@ func stepKey(prev string, s Step, content []byte) (string, error) {
 		Dest    string            `json:"dest,omitempty"`
 		Env     map[string]string `json:"env,omitempty"` // encoding/json sorts the keys
 		Workdir string            `json:"workdir,omitempty"`
-	}{Kind: s.Kind(), Run: s.Run, Env: s.Env, Workdir: s.Workdir}
+		Exec    []string          `json:"exec,omitempty"`
+		RunEnv  map[string]string `json:"run_env,omitempty"`
+		File    string            `json:"file,omitempty"`
+		Content string            `json:"content,omitempty"`
+	}{Kind: s.Kind(), Run: s.Run, Env: s.Env, Workdir: s.Workdir, Exec: s.Exec, RunEnv: s.RunEnv}
 	if s.Copy != nil {
 		c.Src, c.Dest = s.Copy.Src, s.Copy.Dest
+	}
+	if s.File != nil {
+		c.File, c.Content = s.File.Path, s.File.Content
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -123,11 +132,27 @@ type entry struct {
 }
 
 // scan walks root and hashes it. Symlinks to files are followed; symlinks
-// to anything else, and special files, are errors.
-func scan(root string) (*tree, error) {
+// to anything else, and special files, are errors. With ignore, paths
+// (relative to base) that it matches are left out.
+func scan(root, base string, ignore *patternmatcher.PatternMatcher) (*tree, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, err
+	}
+	skip := func(p string) (bool, error) {
+		if ignore == nil {
+			return false, nil
+		}
+		rel, err := filepath.Rel(base, p)
+		if err != nil || rel == "." {
+			return false, err
+		}
+		return ignore.MatchesOrParentMatches(filepath.ToSlash(rel))
+	}
+	if ignored, err := skip(root); err != nil {
+		return nil, err
+	} else if ignored && !(fi.IsDir() && ignore.Exclusions()) {
+		return nil, fmt.Errorf("%s is excluded by .dockerignore", root)
 	}
 	if fi.IsDir() {
 		// WalkDir does not follow a symlinked root; a source given by
@@ -152,6 +177,16 @@ func scan(root string) (*tree, error) {
 		rel, err := filepath.Rel(root, p)
 		if err != nil {
 			return err
+		}
+		if rel != "." {
+			switch ignored, err := skip(p); {
+			case err != nil:
+				return err
+			case ignored && d.IsDir() && !ignore.Exclusions():
+				return filepath.SkipDir
+			case ignored:
+				return nil
+			}
 		}
 		fi, err := os.Stat(p) // follows symlinks
 		if err != nil {

@@ -132,7 +132,7 @@ func TestKeysSymlinkedSource(t *testing.T) {
 	if got := firstChanged(linked, direct); got != 5 {
 		t.Errorf("first changed key: got %d, want 5 (only the src name differs)", got)
 	}
-	tr, err := scan(filepath.Join(dir, "app"))
+	tr, err := scan(filepath.Join(dir, "app"), dir, nil)
 	if err != nil || len(tr.entries) != 2 {
 		t.Errorf("scan of a symlinked directory: got %+v, %v, want its 2 entries", tr, err)
 	}

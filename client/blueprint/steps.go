@@ -42,7 +42,11 @@ func (b *builder) step(ctx context.Context, id string, i int, st *state) error {
 	var err error
 	switch s.Kind() {
 	case KindRun:
-		err = b.runStep(ctx, id, s.Run, *st)
+		err = b.runStep(ctx, id, []string{"sh", "-c", s.Run}, s.RunEnv, *st)
+	case KindExec:
+		err = b.runStep(ctx, id, s.Exec, s.RunEnv, *st)
+	case KindFile:
+		err = b.fileStep(ctx, id, s.File)
 	case KindCopy:
 		err = b.copyStep(ctx, id, s.Copy, b.trees[i])
 	case KindEnv:
@@ -57,9 +61,17 @@ func (b *builder) step(ctx context.Context, id string, i int, st *state) error {
 	return nil
 }
 
-// runStep runs script with sh -c, streaming its output to Out and Err.
-func (b *builder) runStep(ctx context.Context, id, script string, st state) error {
-	req := client.ExecRequest{Cmd: []string{"sh", "-c", script}, Env: maps.Clone(st.env), Cwd: st.workdir}
+// runStep runs argv with the step's env (runEnv, then the steps' env on
+// top, as a Dockerfile's ENV overrides its ARG), streaming its output to
+// Out and Err.
+func (b *builder) runStep(ctx context.Context, id string, argv []string, runEnv map[string]string, st state) error {
+	env := maps.Clone(runEnv)
+	if env == nil {
+		env = maps.Clone(st.env)
+	} else {
+		maps.Copy(env, st.env)
+	}
+	req := client.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir}
 	var (
 		code int
 		sig  string
@@ -131,6 +143,17 @@ func (b *builder) envStep(ctx context.Context, id string, env map[string]string)
 		Cmd:   []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && cat >> "$1"`, "sh", ProfileFile},
 		Stdin: lines.String(),
 	})
+}
+
+// fileStep writes f in the guest.
+func (b *builder) fileStep(ctx context.Context, id string, f *File) error {
+	if err := b.c.Mkdir(ctx, id, path.Dir(f.Path)); err != nil {
+		return fmt.Errorf("mkdir %s: %w", path.Dir(f.Path), err)
+	}
+	if err := b.c.WriteFile(ctx, id, f.Path, 0o644, strings.NewReader(f.Content)); err != nil {
+		return fmt.Errorf("write %s: %w", f.Path, err)
+	}
+	return nil
 }
 
 // shellQuote quotes s for sh: 'it'\”s'.

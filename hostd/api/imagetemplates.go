@@ -52,7 +52,8 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, req Creat
 	}
 	im := req.Image
 	res, err := s.images.Build(r.Context(), imagetemplate.Request{Name: req.Name, Ref: im.Ref, Insecure: im.Insecure,
-		RegistrySecret: im.RegistrySecret, FreeMiB: int64(im.FreeMiB), MemoryMiB: im.MemoryMiB, PoolSize: req.PoolSize}, progress)
+		RegistrySecret: im.RegistrySecret, FreeMiB: int64(im.FreeMiB), MemoryMiB: im.MemoryMiB, PoolSize: req.PoolSize,
+		Kernel: im.Kernel, Modules: im.Modules}, progress)
 	if err != nil {
 		status, _ := errorFor(err)
 		if status >= 500 {

@@ -55,6 +55,10 @@ type Builder struct {
 	// Docker config keychain; a request adds to it.
 	Source oci.SourceOptions
 	Log    *slog.Logger
+	// Initramfs is hostd's initramfs, which a template's own modules
+	// directory is appended to; KernelDir is where those initramfs are
+	// written for the build's boot.
+	Initramfs, KernelDir string
 }
 
 // Request is one build.
@@ -66,6 +70,9 @@ type Request struct {
 	FreeMiB        int64
 	MemoryMiB      int
 	PoolSize       int
+	// Kernel, if set, is the template's own kernel (a path under an import
+	// directory) and Modules its modules directory (see kernel.go).
+	Kernel, Modules string
 }
 
 // Result is a built template and its image.
@@ -87,6 +94,11 @@ func (b *Builder) Build(ctx context.Context, req Request, progress func(oci.Prog
 	if req.Name == "" || req.Ref == "" {
 		return Result{}, fmt.Errorf("%w: a template name and an image reference are required", ErrInvalid)
 	}
+	boot, err := b.kernelFor(req)
+	if err != nil {
+		return Result{}, err
+	}
+	defer boot.cleanup()
 	src, err := b.sourceFor(ctx, req)
 	if err != nil {
 		return Result{}, err
@@ -102,6 +114,7 @@ func (b *Builder) Build(ctx context.Context, req Request, progress func(oci.Prog
 	}
 	progress(oci.Progress{Phase: PhaseBoot})
 	sb, err := b.Sandboxes.Create(ctx, sandbox.CreateOptions{BaseImage: base.Path, MemoryMiB: req.MemoryMiB,
+		Kernel: boot.kernel, Initramfs: boot.initramfs,
 		Metadata: map[string]string{"agentbox.template-build": req.Name}})
 	if err != nil {
 		return Result{}, fmt.Errorf("boot %s: %w", req.Ref, err)

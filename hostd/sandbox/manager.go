@@ -272,7 +272,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	case src != nil:
 		b, err = m.restore(ctx, rec, *src, true)
 	default:
-		b, err = m.boot(ctx, rec, opts.BaseImage)
+		b, err = m.boot(ctx, rec, opts)
 	}
 	if err == nil {
 		if err = m.mnts.start(ctx, b, opts.Mounts); err != nil {
@@ -331,9 +331,11 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	return info, nil
 }
 
-// boot makes the sandbox's disk on base ("" for hostd's base image),
-// starts its VM and connects its agent.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, base string) (*box, error) {
+// boot makes the sandbox's disk on opts.BaseImage ("" for hostd's base
+// image), starts its VM (on opts.Kernel and Initramfs, if set) and
+// connects its agent.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions) (*box, error) {
+	base := opts.BaseImage
 	if base == "" {
 		base = m.opts.BaseImage
 	}
@@ -348,7 +350,14 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, base string) (*bo
 	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
-	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
+	vc := m.vmConfig(rec, b.overlay)
+	if opts.Kernel != "" {
+		vc.Kernel = opts.Kernel
+	}
+	if opts.Initramfs != "" {
+		vc.Initramfs = opts.Initramfs
+	}
+	cfg, err := m.placeVM(vc, b)
 	if err != nil {
 		return nil, err
 	}

@@ -115,6 +115,11 @@ type CreateOptions struct {
 	// keep that base as their backing file). Set by hostd, never by API
 	// callers.
 	BaseImage string
+	// Kernel and Initramfs, if set, boot a booted sandbox instead of
+	// hostd's (a template with its own kernel boots it once; restores of
+	// its snapshots resume that boot's memory). Set by hostd, never by
+	// API callers.
+	Kernel, Initramfs string
 	// Limits are the sandbox's resource limits and lifecycle options.
 	Limits Limits
 	// Caller names the API key that asked, for its maximums ("" = none).

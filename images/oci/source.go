@@ -312,3 +312,15 @@ func RegistryOf(ref string) (string, error) {
 	}
 	return r.Context().RegistryStr(), nil
 }
+
+// LocalPath resolves p, an absolute or ./relative path, and returns it if
+// it is under one of roots (symlinks resolved), else an error wrapping
+// ErrBadRef. Other hostd inputs on its machine (a template's kernel) use
+// the same import directories as images.
+func LocalPath(p string, roots []string) (string, error) {
+	real, ok, err := localPath(p, roots)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %s is not an absolute path", ErrBadRef, p)
+	}
+	return real, err
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
@@ -20,14 +21,38 @@ func imageFlags() []cli.Flag {
 		&cli.StringFlag{Name: "registry-secret", Usage: "hostd secret `NAME` holding the registry's user:password"},
 		&cli.IntFlag{Name: "free-mib", Usage: "free space of the image's root filesystem (default 1024)"},
 		&cli.IntFlag{Name: "memory-mib", Usage: "memory of the template's sandboxes"},
+		&cli.StringFlag{Name: "kernel", Usage: "the template's own guest kernel `FILE` (a PVH vmlinux or bzImage, on hostd's machine under an import directory)"},
+		&cli.StringFlag{Name: "modules", Usage: "with --kernel, its modules `DIR` (flat .ko files and a modules.order)"},
 	}
+}
+
+// imageSource is the --image flags' ImageSource (its Ref from --image);
+// --kernel and --modules are made absolute, as hostd resolves them.
+func imageSource(cmd *cli.Command) (client.ImageSource, error) {
+	img := client.ImageSource{Ref: cmd.String("image"), Insecure: cmd.Bool("insecure-registry"),
+		RegistrySecret: cmd.String("registry-secret"), FreeMiB: int(cmd.Int("free-mib")), MemoryMiB: int(cmd.Int("memory-mib"))}
+	for _, f := range []struct {
+		flag string
+		to   *string
+	}{{"kernel", &img.Kernel}, {"modules", &img.Modules}} {
+		if v := cmd.String(f.flag); v != "" {
+			abs, err := filepath.Abs(v)
+			if err != nil {
+				return img, fmt.Errorf("--%s: %w", f.flag, err)
+			}
+			*f.to = abs
+		}
+	}
+	return img, nil
 }
 
 // buildFromImage builds template name from --image, with progress bars on
 // stderr (or, with --json, the progress events as JSON lines on stderr).
 func buildFromImage(ctx context.Context, cmd *cli.Command, c *client.Client, name string) (client.Template, error) {
-	img := client.ImageSource{Ref: cmd.String("image"), Insecure: cmd.Bool("insecure-registry"),
-		RegistrySecret: cmd.String("registry-secret"), FreeMiB: int(cmd.Int("free-mib")), MemoryMiB: int(cmd.Int("memory-mib"))}
+	img, err := imageSource(cmd)
+	if err != nil {
+		return client.Template{}, err
+	}
 	var show func(client.BuildEvent)
 	if cmd.Bool("json") {
 		enc := json.NewEncoder(stderr(cmd))

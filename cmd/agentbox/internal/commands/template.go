@@ -27,16 +27,26 @@ func templateBuildCommand() *cli.Command {
 		Name:  "build",
 		Usage: "build a template from a blueprint, reusing cached steps; progress goes to stderr, the name to stdout",
 		UsageText: "agentbox template build [-f blueprint.yaml] [--pool N] [--no-cache] NAME\n" +
+			"agentbox template build -f Dockerfile [--build-arg K=V]... [--pool N] [--no-cache] NAME [CONTEXT]\n" +
 			"agentbox template build --image REF [--pool N] [--insecure-registry] [--registry-secret S] NAME\n\n" +
 			"A blueprint is YAML: `base: debian-bookworm` (or `template: NAME`), optional vcpus and\n" +
 			"memory_mib, and steps, each one of `run: CMD`, `copy: {src: LOCAL, dest: /PATH}`,\n" +
-			"`env: {K: V}` or `workdir: /PATH`. Copy sources are relative to the blueprint file.",
+			"`env: {K: V}` or `workdir: /PATH`. Copy sources are relative to the blueprint file.\n\n" +
+			"-f names a Dockerfile when its name is Dockerfile, Containerfile, Dockerfile.* or *.Dockerfile,\n" +
+			"or when a CONTEXT is given (default: the Dockerfile's directory). FROM template:NAME or the name\n" +
+			"of an existing template starts from that template, FROM base:debian-bookworm from the base,\n" +
+			"anything else is an image (built once into a template image-HASH, then reused).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: "blueprint.yaml", Usage: "the blueprint"},
 			&cli.IntFlag{Name: "pool", Usage: "warm sandboxes to keep ready"},
 			&cli.BoolFlag{Name: "no-cache", Usage: "run every step, even those with a cached snapshot"},
+			&cli.StringSliceFlag{Name: "build-arg", Usage: "a Dockerfile ARG's value, `K=V` (repeatable)"},
 		}, imageFlags()...),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
+			file := cmd.String("file")
+			if isDockerfile(file) || cmd.Args().Len() == 2 {
+				return buildDockerfile(ctx, cmd, file)
+			}
 			name, err := oneArg(cmd, "the template's name")
 			if err != nil {
 				return err
@@ -55,7 +65,9 @@ func templateBuildCommand() *cli.Command {
 				}
 				return printResult(cmd, t, t.Name)
 			}
-			file := cmd.String("file")
+			if cmd.String("kernel") != "" || cmd.String("modules") != "" {
+				return fmt.Errorf("%s: --kernel and --modules need --image (or a Dockerfile FROM an image)", cmd.Name)
+			}
 			bp, err := blueprint.ParseFile(file)
 			if err != nil {
 				return err

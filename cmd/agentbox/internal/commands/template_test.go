@@ -125,3 +125,46 @@ func TestTemplateLsRm(t *testing.T) {
 		t.Errorf("ls -q after rm: got %q, want nothing", got.stdout)
 	}
 }
+
+func TestTemplateBuildDockerfile(t *testing.T) {
+	h := blueprinttest.New(t)
+	dir, ctxDir := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "app.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	df := filepath.Join(dir, "app.dockerfile")
+	if err := os.WriteFile(df, []byte("FROM base:debian-bookworm\nARG V=1\nCOPY app.txt /opt/\nRUN echo $V\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := runHost(t, h, "template", "build", "-f", df, "--build-arg", "V=2", "app", ctxDir)
+	if got.code != 0 || got.stdout != "app\n" {
+		t.Fatalf("build: got %+v, want the name on stdout", got)
+	}
+	if f, ok := h.File("/opt/app.txt"); !ok || string(f.Data) != "hello" {
+		t.Errorf("copied file: got %+v, %v", f, ok)
+	}
+	if err := os.WriteFile(df, []byte("FROM base:debian-bookworm\nHEALTHCHECK CMD true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got = runHost(t, h, "template", "build", "-f", df, "app", ctxDir)
+	if got.code == 0 || !strings.Contains(got.stderr, "line 2: HEALTHCHECK is not supported") {
+		t.Errorf("unsupported line: got %+v, want an error naming line 2", got)
+	}
+}
+
+func TestTemplateBuildKernelNeedsImage(t *testing.T) {
+	h := blueprinttest.New(t)
+	got := runHost(t, h, "template", "build", "-f", writeBlueprint(t, testBlueprint), "--kernel", "/boot/vmlinuz", "app")
+	if got.code == 0 || !strings.Contains(got.stderr, "--kernel and --modules need --image") {
+		t.Errorf("blueprint with --kernel: got %+v, want a refusal", got)
+	}
+	dir := t.TempDir()
+	df := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM base:debian-bookworm\nRUN true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got = runHost(t, h, "template", "build", "-f", df, "--kernel", "/boot/vmlinuz", "app")
+	if got.code == 0 || !strings.Contains(got.stderr, "line 1: a kernel applies to a FROM image's template only") {
+		t.Errorf("Dockerfile FROM base with --kernel: got %+v, want a refusal naming line 1", got)
+	}
+}

@@ -1,0 +1,142 @@
+//go:build vm
+
+package hostd_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/client/dockerfile"
+)
+
+// TestDockerfileBuild builds a Dockerfile FROM a busybox image (served by
+// a registry on loopback) with ENV, WORKDIR, COPY (with a .dockerignore)
+// and RUN, starts a sandbox from it, then rebuilds after changing the last
+// RUN line: the image template and every earlier line are reused.
+func TestDockerfileBuild(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	ref := u.Host + "/busybox-tools:1"
+	r, _ := name.ParseReference(ref)
+	if err := remote.Write(r, busyboxToolsImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := startHostd(t)
+	ctx := context.Background()
+
+	dir := t.TempDir()
+	for n, content := range map[string]string{"app/hello.txt": "hello from the context\n", "app/skip.log": "ignored\n",
+		".dockerignore": "**/*.log\n"} {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	df := func(last string) string {
+		p := filepath.Join(dir, "Dockerfile")
+		src := "FROM " + ref + "\nENV MODE=test\nWORKDIR /srv/app\nCOPY app/ ./\n" +
+			"RUN echo \"built in $(pwd) mode $MODE\" > built.txt\nCMD [\"sh\"]\n" + last + "\n"
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	build := func(file string) string {
+		t.Helper()
+		var out bytes.Buffer
+		start := time.Now()
+		if _, err := dockerfile.Build(ctx, c, "dfapp", file, dockerfile.BuildOptions{Out: &out, Err: &out,
+			Image: client.ImageSource{FreeMiB: 64}}); err != nil {
+			t.Fatalf("build: %v\n%s", err, out.String())
+		}
+		t.Logf("Dockerfile build took %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+		return out.String()
+	}
+	check := func(last string) {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "dfapp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.DeleteSandbox(ctx, sb.ID)
+		res := mustExec(t, c, sb.ID, "sh", "-c", "cat built.txt hello.txt last.txt; echo $MODE; pwd; ls skip.log 2>&1 || true")
+		want := "built in /srv/app mode test\nhello from the context\n" + last + "\ntest\n/srv/app\n"
+		if !strings.HasPrefix(res.Stdout, want) || strings.Contains(res.Stdout, "\nskip.log\n") {
+			t.Errorf("sandbox from the Dockerfile's template: got %q, want %q and no skip.log", res.Stdout, want)
+		}
+		if res := mustExec(t, c, sb.ID, "cat", dockerfile.ConfigFile); !strings.Contains(res.Stdout, `"sh"`) {
+			t.Errorf("recorded config: %q", res.Stdout)
+		}
+	}
+
+	out := build(df("RUN echo one > last.txt"))
+	if strings.Contains(out, "CACHED") || !strings.Contains(out, "building template "+dockerfile.ImageTemplateName(ref)) {
+		t.Errorf("first build: want the image template built and nothing cached")
+	}
+	check("one")
+
+	out = build(df("RUN echo two > last.txt"))
+	var cached, ran []string
+	for _, l := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(l, "] CACHED "); ok {
+			cached = append(cached, rest)
+		} else if strings.HasPrefix(l, "[") {
+			_, rest, _ := strings.Cut(l, "] ")
+			ran = append(ran, rest)
+		}
+	}
+	wantCached := []string{"ENV MODE=test", "WORKDIR /srv/app", "COPY app/ ./", `RUN echo "built in $(pwd) mode $MODE" > built.txt`}
+	if strings.Join(cached, "\n") != strings.Join(wantCached, "\n") || len(ran) != 2 || ran[0] != "RUN echo two > last.txt" {
+		t.Errorf("rebuild: reused %q and ran %q, want %q reused and the last RUN (and the config record) run", cached, ran, wantCached)
+	}
+	if !strings.Contains(out, "(reused)") {
+		t.Errorf("rebuild: the image template was not reused")
+	}
+	check("two")
+}
+
+// busyboxToolsImage is busyboxImage with a second layer of the applets a
+// build's own commands use (mkdir, dirname, chmod).
+func busyboxToolsImage(t *testing.T) v1.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, app := range []string{"mkdir", "dirname", "chmod"} {
+		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + app, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777,
+			ModTime: time.Unix(1700000000, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(busyboxImage(t), layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}

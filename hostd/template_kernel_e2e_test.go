@@ -1,0 +1,99 @@
+//go:build vm
+
+package hostd_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/vmm/vmmtest"
+)
+
+// TestTemplateKernel builds image templates with their own kernel: the
+// default kernel and its modules passed explicitly boot and serve a
+// sandbox; a file that is not a kernel is refused; a modules directory
+// that guestinit cannot load fails the build with the console's last
+// lines; no failed build leaves a template.
+func TestTemplateKernel(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	ref := u.Host + "/busybox:1"
+	r, _ := name.ParseReference(ref)
+	if err := remote.Write(r, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	kernel := vmmtest.FindAssets(t).Kernel
+	kdir := filepath.Dir(kernel)
+	mine := t.TempDir()
+	notKernel := filepath.Join(mine, "vmlinux.txt")
+	junk := filepath.Join(mine, "junk-modules")
+	for p, data := range map[string]string{notKernel: "this is not a kernel\n", filepath.Join(junk, "junk.ko"): "not a module\n",
+		filepath.Join(junk, "modules.order"): "junk.ko\n"} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, stop := startHostdOn(t, t.TempDir(), func(cfg *hostd.Config) {
+		cfg.Images.ImportDirs = append(cfg.Images.ImportDirs, kdir, mine)
+	})
+	t.Cleanup(stop)
+	ctx := context.Background()
+
+	start := time.Now()
+	tpl, err := c.BuildTemplateFromImage(ctx, "own-kernel", 0, client.ImageSource{Ref: ref, FreeMiB: 64,
+		Kernel: kernel, Modules: filepath.Join(kdir, "modules")}, nil)
+	if err != nil {
+		t.Fatalf("build with the default kernel and modules given explicitly: %v", err)
+	}
+	t.Logf("template with its own kernel built in %v", time.Since(start).Round(time.Millisecond))
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tpl.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := mustExec(t, c, sb.ID, "echo", "hi"); res.Stdout != "hi\n" {
+		t.Errorf("echo in a sandbox of the template: %+v", res)
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	var ae *client.APIError
+	_, err = c.BuildTemplateFromImage(ctx, "not-kernel", 0, client.ImageSource{Ref: ref, FreeMiB: 64, Kernel: notKernel}, nil)
+	if !errors.As(err, &ae) || ae.Code != "invalid_request" || !strings.Contains(ae.Message, "is not a kernel") {
+		t.Errorf("a file that is not a kernel: %v, want invalid_request saying so", err)
+	}
+
+	start = time.Now()
+	_, err = c.BuildTemplateFromImage(ctx, "bad-modules", 0, client.ImageSource{Ref: ref, FreeMiB: 64, Kernel: kernel, Modules: junk}, nil)
+	t.Logf("a kernel that does not reach the agent failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil || !strings.Contains(err.Error(), "console:") || !strings.Contains(err.Error(), "load modules") {
+		t.Errorf("modules guestinit cannot load: %v, want the build failed with the console's last lines", err)
+	}
+	for _, n := range []string{"not-kernel", "bad-modules"} {
+		if _, err := c.GetTemplate(ctx, n); err == nil {
+			t.Errorf("failed build left template %s", n)
+		}
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Errorf("hostd unhealthy: %v", err)
+	}
+}
