@@ -234,7 +234,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
-	if opts.Mounts, err = m.mnts.validate(opts.Mounts); err != nil {
+	if opts.Mounts, err = m.mnts.validate(ctx, opts.Mounts); err != nil {
 		return Info{}, err
 	}
 	if opts.Template != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {

@@ -30,11 +30,11 @@ type mountSets struct {
 }
 
 // validate checks a create's mounts (before anything is made).
-func (ms mountSets) validate(specs []mounts.Spec) ([]mounts.Spec, error) {
+func (ms mountSets) validate(ctx context.Context, specs []mounts.Spec) ([]mounts.Spec, error) {
 	if len(specs) == 0 {
 		return nil, nil
 	}
-	out, err := ms.cfg.Validate(specs)
+	out, err := ms.cfg.Validate(ctx, specs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -67,7 +67,7 @@ func (ms mountSets) start(ctx context.Context, b *box, specs []mounts.Spec) erro
 	if err := os.WriteFile(filepath.Join(b.dir, mountsFile), data, 0o600); err != nil {
 		return err
 	}
-	set, err := mounts.Open(specs)
+	set, err := ms.cfg.Open(ctx, specs)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
