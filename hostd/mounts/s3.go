@@ -198,6 +198,7 @@ func (s *s3Bucket) ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry,
 	defer cancel()
 	dir := s.dirKey(p)
 	var out []*agentv1.MountDirEntry
+	dirs := map[string]struct{}{}
 	seen := 0
 	for obj := range s.cl.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: dir}) {
 		if obj.Err != nil {
@@ -210,6 +211,14 @@ func (s *s3Bucket) ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry,
 		}
 		if name == "" || strings.Contains(name, "/") || name == "." || name == ".." {
 			continue // the directory's own marker, or a key FUSE cannot name
+		}
+		if mode == syscall.S_IFDIR {
+			// A "d/" marker object may come both as an object and as the
+			// common prefix of the keys under it.
+			if _, dup := dirs[name]; dup {
+				continue
+			}
+			dirs[name] = struct{}{}
 		}
 		if seen++; seen <= offset {
 			continue

@@ -142,6 +142,9 @@ func TestFUSES3(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(rw, "made")); err != nil || !fi.IsDir() {
 		t.Errorf("mkdir: %v", err)
 	}
+	if ents, err := os.ReadDir(rw); err != nil || len(ents) != 5 {
+		t.Errorf("ls after mkdir: %v (want 5: big.bin hello.txt made new.bin sub), %v", ents, err)
+	}
 	if err := os.WriteFile(filepath.Join(rw, "made", "in.txt"), []byte("in"), 0o644); err != nil {
 		t.Fatal(err)
 	}

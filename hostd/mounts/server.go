@@ -44,7 +44,7 @@ func (c Config) Open(ctx context.Context, specs []Spec) (*Set, error) {
 		var b backend
 		var err error
 		switch sp.Type {
-		case TypeHost:
+		case TypeHost, TypeGit:
 			b, err = openHostDir(sp.Source)
 		case TypeS3:
 			b, err = c.openS3(ctx, sp, false)

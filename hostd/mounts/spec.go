@@ -53,6 +53,11 @@ type Spec struct {
 	Prefix   string `json:"prefix,omitempty"`
 	Region   string `json:"region,omitempty"`
 	Secret   string `json:"secret,omitempty"`
+	// URL (http(s), no credentials) and Ref (a branch or tag; empty for the
+	// default) locate a git mount's repository; Secret, if set, names the
+	// hostd secret holding its bearer token. hostd sets Source to its clone.
+	URL string `json:"url,omitempty"`
+	Ref string `json:"ref,omitempty"`
 	// Path is the absolute guest path the mount appears at.
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
@@ -63,9 +68,14 @@ type Config struct {
 	// HostRoots are the host directories under which host mounts may take
 	// their source; none disables host mounts.
 	HostRoots []string
-	// Secrets gives the credentials of s3 mounts (hostd/secrets); nil
-	// disables them.
+	// Secrets gives the credentials of s3 and git mounts (hostd/secrets);
+	// nil disables s3 mounts.
 	Secrets Secrets
+	// StageDir is where git mounts are cloned at create (then moved into
+	// the sandbox's directory); CloneRoot is the directory of the sandboxes'
+	// directories, where a fork's parent clone may be. Empty StageDir
+	// disables git mounts.
+	StageDir, CloneRoot string
 }
 
 // Secrets opens a named secret.
@@ -109,10 +119,21 @@ func (c Config) Validate(ctx context.Context, specs []Spec) ([]Spec, error) {
 			if err := c.checkS3(ctx, s); err != nil {
 				return nil, fmt.Errorf("mounts[%d]: %w", i, err)
 			}
+		case TypeGit:
 		default:
-			return nil, fmt.Errorf("%w: mounts[%d]: unknown type %q (want %q or %q)", ErrInvalid, i, s.Type, TypeHost, TypeS3)
+			return nil, fmt.Errorf("%w: mounts[%d]: unknown type %q (want host, s3 or git)", ErrInvalid, i, s.Type)
 		}
 		out = append(out, s)
+	}
+	for i, s := range out {
+		if s.Type != TypeGit {
+			continue
+		}
+		staged, err := c.stageGit(ctx, s)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("mounts[%d]: %w", i, err), c.Unstage(out[:i]))
+		}
+		out[i] = staged
 	}
 	return out, nil
 }
