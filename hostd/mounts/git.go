@@ -85,7 +85,16 @@ func (c Config) stageGit(ctx context.Context, s Spec) (Spec, error) {
 		s.Source = dir
 		return s, nil
 	}
-	env := os.Environ()
+	env := append(os.Environ(), c.gitEnv(s)...)
+	if c.GitCAFile != "" {
+		bundle, err := c.caBundle()
+		if err != nil {
+			os.RemoveAll(dir)
+			return s, err
+		}
+		defer os.Remove(bundle)
+		env = append(env, "GIT_SSL_CAINFO="+bundle) // the environment's wins over the config's
+	}
 	if s.Secret != "" {
 		if c.Secrets == nil {
 			os.RemoveAll(dir)
@@ -96,8 +105,8 @@ func (c Config) stageGit(ctx context.Context, s Spec) (Spec, error) {
 			os.RemoveAll(dir)
 			return s, fmt.Errorf("%w: secret %q: %v", ErrInvalid, s.Secret, err)
 		}
-		env = append(env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader",
-			"GIT_CONFIG_VALUE_0=Authorization: Bearer "+strings.TrimSpace(string(tok)))
+		env = append(env, "GIT_CONFIG_KEY_2=http.extraHeader",
+			"GIT_CONFIG_VALUE_2=Authorization: Bearer "+strings.TrimSpace(string(tok)))
 	}
 	args := []string{"clone", "--quiet"}
 	if s.Ref != "" {
@@ -112,6 +121,54 @@ func (c Config) stageGit(ctx context.Context, s Spec) (Spec, error) {
 	}
 	s.Source = dir
 	return s, nil
+}
+
+// systemRoots is the system's CA bundle (Debian's path).
+const systemRoots = "/etc/ssl/certs/ca-certificates.crt"
+
+// caBundle writes the system roots and GitCAFile's into one temp file (git
+// takes a single CA file) and returns its path; the caller removes it.
+func (c Config) caBundle() (string, error) {
+	extra, err := os.ReadFile(c.GitCAFile)
+	if err != nil {
+		return "", fmt.Errorf("mounts: git CA file: %w", err)
+	}
+	sys, _ := os.ReadFile(systemRoots) // none: only the extra roots
+	f, err := os.CreateTemp("", "agentbox-git-roots-*.pem")
+	if err != nil {
+		return "", err
+	}
+	_, werr := f.Write(append(append(sys, '\n'), extra...))
+	if err := errors.Join(werr, f.Close()); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// gitEnv configures a clone's git through its environment (GIT_CONFIG_*:
+// key 0 pins the host's address, key 1 is unused (the CA bundle goes in
+// GIT_SSL_CAINFO, which outranks the config), key 2 the token; an unused
+// key is a harmless agentbox.unused).
+func (c Config) gitEnv(s Spec) []string {
+	u, _ := url.Parse(s.URL)
+	resolve, ca := "http.curloptResolve", "http.sslCAInfo"
+	resolveV, caV := "", ""
+	if ip, ok := c.GitHosts[u.Hostname()]; ok {
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		}
+		resolveV = u.Hostname() + ":" + port + ":" + ip
+	}
+	if resolveV == "" {
+		resolve = "agentbox.unused"
+	}
+	if caV == "" {
+		ca = "agentbox.unused"
+	}
+	return []string{"GIT_CONFIG_COUNT=3", "GIT_CONFIG_KEY_0=" + resolve, "GIT_CONFIG_VALUE_0=" + resolveV,
+		"GIT_CONFIG_KEY_1=" + ca, "GIT_CONFIG_VALUE_1=" + caV, "GIT_CONFIG_KEY_2=agentbox.unused", "GIT_CONFIG_VALUE_2="}
 }
 
 // ownsClone reports whether dir is a clone hostd made: in a sandbox's

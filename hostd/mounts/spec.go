@@ -76,6 +76,11 @@ type Config struct {
 	// directories, where a fork's parent clone may be. Empty StageDir
 	// disables git mounts.
 	StageDir, CloneRoot string
+	// GitHosts pins git hosts' names to addresses for hostd's own clones
+	// (the egress proxy's static name map), and GitCAFile adds the roots
+	// they are verified with (the proxy's upstream CA); both optional.
+	GitHosts  map[string]string
+	GitCAFile string
 }
 
 // Secrets opens a named secret.
