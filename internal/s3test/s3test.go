@@ -31,27 +31,50 @@ type Server struct {
 	Endpoint string
 	// Client is a client with the accepted credentials.
 	Client *minio.Client
+
+	be  *s3mem.Backend
+	srv *httptest.Server
 }
 
 // Start starts a server holding the given buckets (empty); it stops when
 // the test ends.
 func Start(t testing.TB, buckets ...string) *Server {
 	t.Helper()
+	s, err := New(buckets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// New starts a server holding the given buckets (empty); Close stops it.
+func New(buckets ...string) (*Server, error) {
 	be := s3mem.New()
 	for _, b := range buckets {
 		if err := be.CreateBucket(b); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	faker := gofakes3.New(be)
 	srv := httptest.NewServer(requireKey(faker.Server()))
-	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	cl, err := minio.New(host, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")})
 	if err != nil {
-		t.Fatal(err)
+		srv.Close()
+		return nil, err
 	}
-	return &Server{Endpoint: srv.URL, Client: cl}
+	return &Server{Endpoint: srv.URL, Client: cl, be: be, srv: srv}, nil
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// PutDirect stores an object in the backend, without a request (to fill a
+// bucket fast).
+func (s *Server) PutDirect(bucket, key string, data []byte) error {
+	_, err := s.be.PutObject(bucket, key, map[string]string{}, bytes.NewReader(data), int64(len(data)), nil)
+	return err
 }
 
 // requireKey refuses requests not signed with AccessKey.
