@@ -21,8 +21,9 @@ import (
 // clones it with the token; the guest has the working tree, an origin
 // without credentials, commits and pushes through the egress proxy, which
 // injects the token (the rule hostd added for the mount's host); the
-// upstream has the commit, and the token is nowhere in the guest. A URL
-// that fails to clone is a 400 and leaves nothing.
+// upstream has the commit, and the token is nowhere in the guest; a fork
+// works on its own copy of the tree. A URL that fails to clone is a 400 and
+// leaves nothing.
 func TestGitMount(t *testing.T) {
 	up := nettest.New(t)
 	b := make([]byte, 18)
@@ -73,4 +74,18 @@ git -c user.name=agent -c user.email=agent@example.invalid commit -q -m "from th
 		t.Errorf("fetch in the guest: %q", r.Stdout)
 	}
 	checkSecretAbsent(t, c, sb.ID, data, token)
+
+	// A fork gets its own copy of the working tree: its changes stay in it.
+	forks, err := c.Fork(ctx, sb.ID, 1)
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	defer c.DeleteSandbox(ctx, forks[0].ID)
+	r = mustExec(t, c, forks[0].ID, "sh", "-c", "cd /src && git log -1 --format=%s && echo forked > fork.txt && ls")
+	if !strings.HasPrefix(r.Stdout, "from the guest\n") || !strings.Contains(r.Stdout, "fork.txt") {
+		t.Errorf("the fork's tree: %q %q", r.Stdout, r.Stderr)
+	}
+	if r := mustExec(t, c, sb.ID, "sh", "-c", "test -e /src/fork.txt; echo $?"); r.Stdout != "1\n" {
+		t.Errorf("the fork's file reached its parent's tree: %q", r.Stdout)
+	}
 }
