@@ -31,6 +31,9 @@ const (
 	maxS3Pending = 64
 	// maxS3Readers is how many streamed reads one mount keeps open.
 	maxS3Readers = 8
+	// s3PartSize is the part size of multipart uploads (the most an upload
+	// buffers).
+	s3PartSize = 16 << 20
 )
 
 // s3Bucket serves a bucket (under a prefix) as a filesystem: keys are

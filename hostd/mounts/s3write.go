@@ -103,8 +103,11 @@ func (s *s3Bucket) Flush(p string) error {
 	return f.Close()
 }
 
-// upload puts f's content as p's object (s.mu held: writes to the mount
-// wait for it, which keeps a file's upload and its next write in order).
+// upload puts f's content as p's object (s.mu held: the mount's other
+// calls wait for it, which keeps a file's upload and its next write in order
+// and makes one upload per mount at a time). A big file goes in multipart
+// parts of s3PartSize, one at a time, so an upload holds at most a part in
+// memory.
 func (s *s3Bucket) upload(p string, f *os.File) error {
 	fi, err := f.Stat()
 	if err != nil {
@@ -112,10 +115,14 @@ func (s *s3Bucket) upload(p string, f *os.File) error {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s3UploadTimeout)
 	defer cancel()
-	// An empty body goes unsigned: the streaming signature (over http)
-	// would send it chunked, without the Content-Length a PUT needs.
+	// Payloads go unsigned (UNSIGNED-PAYLOAD, as the client always does over
+	// https): over http it would use the aws-chunked streaming signature,
+	// which S3-compatible servers do not all decode (gofakes3 stores the
+	// chunk framing of multipart parts) and which sends an empty body
+	// without its Content-Length.
 	_, err = s.cl.PutObject(ctx, s.bucket, s.key(p), io.NewSectionReader(f, 0, fi.Size()), fi.Size(),
-		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: fi.Size() == 0})
+		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true,
+			PartSize: s3PartSize, NumThreads: 1})
 	return s3Err(err)
 }
 
