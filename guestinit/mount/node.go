@@ -187,10 +187,20 @@ func (n *node) Write(ctx context.Context, _ fs.FileHandle, data []byte, off int6
 	return written, 0
 }
 
-// Flush and Fsync have nothing to do: every write reached the host.
-func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno { return 0 }
+// Flush and Fsync tell the host, which uploads what a buffering backend
+// (an S3 bucket) holds for the file; a host directory has nothing to do.
+func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno { return n.flush(ctx) }
 
-func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno { return 0 }
+func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
+	return n.flush(ctx)
+}
+
+func (n *node) flush(ctx context.Context) syscall.Errno {
+	return n.call(ctx, func(ctx context.Context, c agentv1.MountsService, id string) (int32, error) {
+		r, err := c.Flush(ctx, &agentv1.MountPathRequest{Mount: id, Path: n.rel()})
+		return r.GetErrno(), err
+	})
+}
 
 // made runs a call that creates name and returns its attributes.
 func (n *node) made(ctx context.Context, out *fuse.EntryOut, fn func(ctx context.Context, c agentv1.MountsService, id string) (*agentv1.MountAttrResponse, error)) (*fs.Inode, syscall.Errno) {
@@ -242,9 +252,13 @@ func (n *node) remove(ctx context.Context, name string, dir bool) syscall.Errno 
 	})
 }
 
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno { return n.remove(ctx, name, false) }
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.remove(ctx, name, false)
+}
 
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno { return n.remove(ctx, name, true) }
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.remove(ctx, name, true)
+}
 
 // Rename supports plain renames; flags (RENAME_NOREPLACE, RENAME_EXCHANGE)
 // answer EINVAL, on which tools fall back to a plain rename.

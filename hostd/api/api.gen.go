@@ -209,13 +209,19 @@ func (e LifecycleAuditAction) Valid() bool {
 
 // Defines values for MountType.
 const (
+	MountTypeGit  MountType = "git"
 	MountTypeHost MountType = "host"
+	MountTypeS3   MountType = "s3"
 )
 
 // Valid indicates whether the value is a known member of the MountType enum.
 func (e MountType) Valid() bool {
 	switch e {
+	case MountTypeGit:
+		return true
 	case MountTypeHost:
+		return true
+	case MountTypeS3:
 		return true
 	default:
 		return false
@@ -520,7 +526,8 @@ type CreateSandboxRequest struct {
 	// Mounts External data the guest sees as directories. Mounts survive
 	// snapshots, forks, pause and resume; a bad mount (a host path
 	// outside the operator's allowed roots or with "..", a guest path
-	// over /proc, /sys, /dev, /run or a system directory) is a 400 and
+	// over /proc, /sys, /dev, /run or a system directory, an unknown
+	// secret, a bucket that refuses its credentials) is a 400 and
 	// nothing is made.
 	Mounts []Mount `json:"mounts,omitempty"`
 
@@ -869,11 +876,31 @@ type Limits struct {
 
 // Mount defines model for Mount.
 type Mount struct {
+	// Bucket An s3 mount's bucket.
+	Bucket string `json:"bucket,omitempty"`
+
+	// Endpoint An s3 mount's endpoint, http(s)://host[:port].
+	Endpoint string `json:"endpoint,omitempty"`
+
 	// Path The absolute guest path the mount appears at.
 	Path string `json:"path"`
 
+	// Prefix An s3 mount's key prefix (the mount's root); empty for the whole bucket.
+	Prefix string `json:"prefix,omitempty"`
+
 	// ReadOnly Refuse every change in the guest (EROFS).
 	ReadOnly bool `json:"read_only,omitempty"`
+
+	// Ref A git mount's branch or tag (empty for the default branch).
+	Ref string `json:"ref,omitempty"`
+
+	// Region An s3 mount's region (optional; found from the bucket otherwise).
+	Region string `json:"region,omitempty"`
+
+	// Secret The hostd secret with an s3 mount's credentials
+	// (ACCESS_KEY:SECRET_KEY), or a git mount's token. An unknown
+	// secret, or a bucket that refuses it, is a 400 at create.
+	Secret string `json:"secret,omitempty"`
 
 	// Source The host directory (absolute) of a host mount.
 	Source string `json:"source,omitempty"`
@@ -882,13 +909,42 @@ type Mount struct {
 	// the operator allows (hostd's mount_roots). Every sandbox that
 	// mounts it, forks included, sees the same directory: writes are
 	// shared and the last writer wins.
+	// "s3": an S3-compatible bucket (under a key prefix), with
+	// credentials that hostd holds (a secret holding
+	// ACCESS_KEY:SECRET_KEY); they never enter the guest. Key prefixes
+	// are directories; a written file is uploaded when the guest
+	// closes or fsyncs it. Forks share the bucket: the last upload of
+	// a key wins.
+	// "git": a repository that hostd clones at create (with the secret
+	// as a bearer token, never written into the clone) into the
+	// sandbox's directory; the guest gets the working tree with an
+	// origin that carries no credential, and its git fetch and push
+	// go through the egress proxy, which injects the token for the
+	// URL's host (hostd adds that allow and inject rule). Each fork
+	// gets its own copy of its parent's working tree.
 	Type MountType `json:"type"`
+
+	// URL A git mount's repository, http(s)://, without credentials. A clone that fails is a 400 at create.
+	URL string `json:"url,omitempty"`
 }
 
 // MountType "host": a directory on the hostd machine, under one of the roots
 // the operator allows (hostd's mount_roots). Every sandbox that
 // mounts it, forks included, sees the same directory: writes are
 // shared and the last writer wins.
+// "s3": an S3-compatible bucket (under a key prefix), with
+// credentials that hostd holds (a secret holding
+// ACCESS_KEY:SECRET_KEY); they never enter the guest. Key prefixes
+// are directories; a written file is uploaded when the guest
+// closes or fsyncs it. Forks share the bucket: the last upload of
+// a key wins.
+// "git": a repository that hostd clones at create (with the secret
+// as a bearer token, never written into the clone) into the
+// sandbox's directory; the guest gets the working tree with an
+// origin that carries no credential, and its git fetch and push
+// go through the egress proxy, which injects the token for the
+// URL's host (hostd adds that allow and inject rule). Each fork
+// gets its own copy of its parent's working tree.
 type MountType string
 
 // MoveRequest defines model for MoveRequest.

@@ -162,7 +162,13 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any, allowE
 func toMounts(in []Mount) []mounts.Spec {
 	out := make([]mounts.Spec, 0, len(in))
 	for _, m := range in {
-		out = append(out, mounts.Spec{Type: string(m.Type), Source: m.Source, Path: m.Path, ReadOnly: m.ReadOnly})
+		src := m.Source
+		if m.Type == MountTypeGit && src != "" {
+			src = "(given)" // hostd sets a git mount's source; a given one is refused
+		}
+		out = append(out, mounts.Spec{Type: string(m.Type), Source: src, Path: m.Path, ReadOnly: m.ReadOnly,
+			Endpoint: m.Endpoint, Bucket: m.Bucket, Prefix: m.Prefix, Region: m.Region, Secret: m.Secret,
+			URL: m.URL, Ref: m.Ref})
 	}
 	return out
 }

@@ -50,13 +50,18 @@ type harness struct {
 
 func newHarness(t *testing.T, specs []Spec) *harness {
 	t.Helper()
+	return newHarnessWith(t, Config{}, specs)
+}
+
+func newHarnessWith(t *testing.T, cfg Config, specs []Spec) *harness {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("FUSE mounts need root")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
 	}
-	set, err := Open(specs)
+	set, err := cfg.Open(context.Background(), specs)
 	if err != nil {
 		t.Fatal(err)
 	}

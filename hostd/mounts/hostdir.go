@@ -26,6 +26,8 @@ type backend interface {
 	Remove(p string, dir bool) error
 	Rename(from, to string) error
 	SetAttr(p string, req *agentv1.MountSetAttrRequest) error
+	// Flush makes the writes to p durable (the guest closed or synced it).
+	Flush(p string) error
 	Close() error
 }
 
@@ -42,6 +44,9 @@ func openHostDir(dir string) (*hostDir, error) {
 }
 
 func (h *hostDir) Close() error { return h.root.Close() }
+
+// Flush has nothing to do: every write went to the host file.
+func (h *hostDir) Flush(string) error { return nil }
 
 func (h *hostDir) Lstat(p string) (*agentv1.MountAttr, error) {
 	fi, err := h.root.Lstat(p)

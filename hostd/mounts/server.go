@@ -32,16 +32,22 @@ type Set struct {
 	backends map[string]backend
 }
 
+// Open opens the sources of specs (already validated) that need no
+// configuration (host directories).
+func Open(specs []Spec) (*Set, error) { return Config{}.Open(context.Background(), specs) }
+
 // Open opens the sources of specs (already validated). Close the Set when the
 // sandbox ends.
-func Open(specs []Spec) (*Set, error) {
+func (c Config) Open(ctx context.Context, specs []Spec) (*Set, error) {
 	s := &Set{specs: specs, backends: map[string]backend{}}
 	for i, sp := range specs {
 		var b backend
 		var err error
 		switch sp.Type {
-		case TypeHost:
+		case TypeHost, TypeGit:
 			b, err = openHostDir(sp.Source)
+		case TypeS3:
+			b, err = c.openS3(ctx, sp, false)
 		default:
 			err = fmt.Errorf("%w: unknown type %q", ErrInvalid, sp.Type)
 		}
@@ -277,4 +283,15 @@ func (s *service) SetAttr(ctx context.Context, req *agentv1.MountSetAttrRequest)
 		return err
 	})
 	return out, nil
+}
+
+// Flush asks the backend to make the guest's writes to a file durable (an
+// S3 bucket uploads the file's buffered copy); read-only mounts and host
+// directories have nothing to do.
+func (s *service) Flush(ctx context.Context, req *agentv1.MountPathRequest) (*agentv1.MountResult, error) {
+	if s.readOnly(req.Mount) {
+		return &agentv1.MountResult{}, nil
+	}
+	errno := s.op(ctx, req.Mount, req.Path, true, func(b backend, p string) error { return b.Flush(p) })
+	return &agentv1.MountResult{Errno: errno}, nil
 }

@@ -1,6 +1,6 @@
 // Package mounts is hostd's side of sandbox mounts: it checks the mounts a
 // create asks for against the operator's configuration, opens their sources
-// (a host directory today) and serves the guest's FUSE operations on a
+// (a host directory, an S3-compatible bucket) and serves the guest's FUSE operations on a
 // stream of the agent channel (the Mounts ttrpc service of
 // proto/agent/v1/mount.proto, with the guest as client).
 //
@@ -12,9 +12,12 @@
 // Fork semantics: a host directory is the operator's data, not the
 // sandbox's, so every sandbox that mounts it (forks included) sees the same
 // directory: writes are shared, last writer wins, and nothing is copied.
+// A bucket likewise: every sandbox (and fork) that mounts it reads and writes
+// the same objects, and the last upload of a key wins.
 package mounts
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -30,6 +33,7 @@ var ErrInvalid = errors.New("mounts: invalid mount")
 // Mount types.
 const (
 	TypeHost = "host"
+	TypeS3   = "s3"
 )
 
 // MaxMounts is the most mounts one sandbox may have.
@@ -37,10 +41,23 @@ const MaxMounts = 16
 
 // Spec is one mount a create asks for.
 type Spec struct {
-	// Type is "host".
+	// Type is "host" or "s3".
 	Type string `json:"type"`
 	// Source is the host directory (absolute) of a host mount.
 	Source string `json:"source,omitempty"`
+	// Endpoint (http(s)://host[:port]), Bucket, Prefix (a key prefix, the
+	// mount's root) and Region (optional) locate an s3 mount's objects;
+	// Secret names the hostd secret holding ACCESS_KEY:SECRET_KEY.
+	Endpoint string `json:"endpoint,omitempty"`
+	Bucket   string `json:"bucket,omitempty"`
+	Prefix   string `json:"prefix,omitempty"`
+	Region   string `json:"region,omitempty"`
+	Secret   string `json:"secret,omitempty"`
+	// URL (http(s), no credentials) and Ref (a branch or tag; empty for the
+	// default) locate a git mount's repository; Secret, if set, names the
+	// hostd secret holding its bearer token. hostd sets Source to its clone.
+	URL string `json:"url,omitempty"`
+	Ref string `json:"ref,omitempty"`
 	// Path is the absolute guest path the mount appears at.
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
@@ -51,6 +68,24 @@ type Config struct {
 	// HostRoots are the host directories under which host mounts may take
 	// their source; none disables host mounts.
 	HostRoots []string
+	// Secrets gives the credentials of s3 and git mounts (hostd/secrets);
+	// nil disables s3 mounts.
+	Secrets Secrets
+	// StageDir is where git mounts are cloned at create (then moved into
+	// the sandbox's directory); CloneRoot is the directory of the sandboxes'
+	// directories, where a fork's parent clone may be. Empty StageDir
+	// disables git mounts.
+	StageDir, CloneRoot string
+	// GitHosts pins git hosts' names to addresses for hostd's own clones
+	// (the egress proxy's static name map), and GitCAFile adds the roots
+	// they are verified with (the proxy's upstream CA); both optional.
+	GitHosts  map[string]string
+	GitCAFile string
+}
+
+// Secrets opens a named secret.
+type Secrets interface {
+	SecretValue(ctx context.Context, name string) ([]byte, error)
 }
 
 // reservedTrees are guest paths that no mount may cover or go under: the
@@ -62,8 +97,9 @@ var reservedTrees = []string{"/proc", "/sys", "/dev", "/run"}
 var reservedDirs = []string{"/", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc", "/boot", "/var", "/tmp", "/root", "/home", "/newroot"}
 
 // Validate checks specs against c and returns them with their host sources
-// resolved (symlinks followed). Every error wraps ErrInvalid and says why.
-func (c Config) Validate(specs []Spec) ([]Spec, error) {
+// resolved (symlinks followed); an s3 mount's secret must exist and its
+// bucket answer a listing with it. Every error wraps ErrInvalid and says why.
+func (c Config) Validate(ctx context.Context, specs []Spec) ([]Spec, error) {
 	if len(specs) > MaxMounts {
 		return nil, fmt.Errorf("%w: at most %d mounts, got %d", ErrInvalid, MaxMounts, len(specs))
 	}
@@ -84,10 +120,25 @@ func (c Config) Validate(specs []Spec) ([]Spec, error) {
 				return nil, fmt.Errorf("%w: mounts[%d]: %v", ErrInvalid, i, err)
 			}
 			s.Source = src
+		case TypeS3:
+			if err := c.checkS3(ctx, s); err != nil {
+				return nil, fmt.Errorf("mounts[%d]: %w", i, err)
+			}
+		case TypeGit:
 		default:
-			return nil, fmt.Errorf("%w: mounts[%d]: unknown type %q (want %q)", ErrInvalid, i, s.Type, TypeHost)
+			return nil, fmt.Errorf("%w: mounts[%d]: unknown type %q (want host, s3 or git)", ErrInvalid, i, s.Type)
 		}
 		out = append(out, s)
+	}
+	for i, s := range out {
+		if s.Type != TypeGit {
+			continue
+		}
+		staged, err := c.stageGit(ctx, s)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("mounts[%d]: %w", i, err), c.Unstage(out[:i]))
+		}
+		out[i] = staged
 	}
 	return out, nil
 }
@@ -162,4 +213,33 @@ func within(p, dir string) bool {
 
 func hasDotDot(p string) bool {
 	return slices.Contains(strings.Split(p, "/"), "..")
+}
+
+// checkS3 checks an s3 mount's fields, its secret and its bucket.
+func (c Config) checkS3(ctx context.Context, s Spec) error {
+	switch {
+	case s.Endpoint == "" || s.Bucket == "" || s.Secret == "":
+		return fmt.Errorf("%w: an s3 mount needs endpoint, bucket and secret", ErrInvalid)
+	case s.Source != "":
+		return fmt.Errorf("%w: an s3 mount takes no source", ErrInvalid)
+	case hasDotDot(s.Prefix):
+		return fmt.Errorf("%w: prefix %q contains ..", ErrInvalid, s.Prefix)
+	}
+	b, err := c.openS3(ctx, s, true)
+	if err != nil {
+		return err
+	}
+	return b.Close()
+}
+
+// openS3 opens an s3 mount with its secret's credentials.
+func (c Config) openS3(ctx context.Context, s Spec, probe bool) (*s3Bucket, error) {
+	if c.Secrets == nil {
+		return nil, fmt.Errorf("%w: s3 mounts are not enabled on this hostd (no secrets)", ErrInvalid)
+	}
+	v, err := c.Secrets.SecretValue(ctx, s.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("%w: secret %q: %v", ErrInvalid, s.Secret, err)
+	}
+	return openS3(ctx, s, v, probe)
 }

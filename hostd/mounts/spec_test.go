@@ -24,7 +24,7 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := Config{HostRoots: []string{root}}
-	ok, err := c.Validate([]Spec{{Type: TypeHost, Source: data, Path: "/data", ReadOnly: true}, {Type: TypeHost, Source: data + "/sub", Path: "/root/work"}})
+	ok, err := c.Validate(t.Context(), []Spec{{Type: TypeHost, Source: data, Path: "/data", ReadOnly: true}, {Type: TypeHost, Source: data + "/sub", Path: "/root/work"}})
 	if err != nil || len(ok) != 2 {
 		t.Fatalf("valid mounts: %v", err)
 	}
@@ -50,12 +50,12 @@ func TestValidate(t *testing.T) {
 		"unknown type":       {[]Spec{{Type: "nfs", Path: "/data"}}, "unknown type"},
 		"overlapping mounts": {append(host(data, "/data"), host(data, "/data/x")...), "overlaps"},
 	} {
-		_, err := c.Validate(tc.specs)
+		_, err := c.Validate(t.Context(), tc.specs)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.why) {
 			t.Errorf("%s: got %v, want ErrInvalid saying %q", name, err, tc.why)
 		}
 	}
-	if _, err := (Config{}).Validate(host(data, "/data")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not enabled") {
+	if _, err := (Config{}).Validate(t.Context(), host(data, "/data")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not enabled") {
 		t.Errorf("no roots: %v", err)
 	}
 }

@@ -180,7 +180,7 @@ func New(opts Options) (*Manager, error) {
 	m.warm = warm{m: m}
 	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
 	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
-	m.mnts = mountSets{cfg: opts.Mounts}
+	m.mnts = newMountSets(opts.Mounts, opts.DataDir)
 	if err := opts.VMMOwner.openDirs(opts.DataDir); err != nil {
 		return nil, err
 	}
@@ -236,9 +236,11 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
-	if opts.Mounts, err = m.mnts.validate(opts.Mounts); err != nil {
+	if opts.Mounts, err = m.mnts.validate(ctx, opts.Mounts); err != nil {
 		return Info{}, err
 	}
+	defer m.mnts.unstage(opts.Mounts) // the clones a failed create staged
+	gitEgress(&opts)
 	if opts.Template != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
 		if b, rec, ok := m.warm.claim(ctx, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/agent/channel"
+	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/mounts"
 )
 
@@ -29,12 +31,53 @@ type mountSets struct {
 	cfg mounts.Config
 }
 
+// newMountSets stages git clones under the data directory and finds forks'
+// parent clones in the sandboxes' directories.
+func newMountSets(cfg mounts.Config, dataDir string) mountSets {
+	if cfg.StageDir == "" {
+		cfg.StageDir = filepath.Join(dataDir, "mounts-stage")
+	}
+	if cfg.CloneRoot == "" {
+		cfg.CloneRoot = filepath.Join(dataDir, "sandboxes")
+	}
+	return mountSets{cfg: cfg}
+}
+
+// unstage removes the git clones that validate staged and no sandbox took.
+func (ms mountSets) unstage(specs []mounts.Spec) {
+	_ = ms.cfg.Unstage(specs)
+}
+
+// gitEgress lets a sandbox with git mounts reach their hosts through the
+// egress proxy, which injects the mount's secret as a bearer token (the
+// guest's origin carries no credential): one allow and one inject rule per
+// git host, unless the caller's policy already has an inject rule for it.
+func gitEgress(opts *CreateOptions) {
+	pol := opts.Network
+	if pol == nil || pol.Mode != egress.ModeProxy {
+		return
+	}
+	for _, s := range opts.Mounts {
+		host := mounts.GitHost(s)
+		if s.Type != mounts.TypeGit || host == "" {
+			continue
+		}
+		if !slices.Contains(pol.AllowDomains, host) {
+			pol.AllowDomains = append(pol.AllowDomains, host)
+		}
+		if s.Secret == "" || slices.ContainsFunc(pol.Inject, func(r egress.InjectRule) bool { return r.Host == host }) {
+			continue
+		}
+		pol.Inject = append(pol.Inject, egress.InjectRule{Host: host, Header: "Authorization", Value: "Bearer {{secret:" + s.Secret + "}}"})
+	}
+}
+
 // validate checks a create's mounts (before anything is made).
-func (ms mountSets) validate(specs []mounts.Spec) ([]mounts.Spec, error) {
+func (ms mountSets) validate(ctx context.Context, specs []mounts.Spec) ([]mounts.Spec, error) {
 	if len(specs) == 0 {
 		return nil, nil
 	}
-	out, err := ms.cfg.Validate(specs)
+	out, err := ms.cfg.Validate(ctx, specs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -60,6 +103,10 @@ func (ms mountSets) start(ctx context.Context, b *box, specs []mounts.Spec) erro
 	if len(specs) == 0 {
 		return nil
 	}
+	specs, err := ms.cfg.Adopt(specs, b.dir)
+	if err != nil {
+		return err
+	}
 	data, err := json.Marshal(specs)
 	if err != nil {
 		return err
@@ -67,7 +114,7 @@ func (ms mountSets) start(ctx context.Context, b *box, specs []mounts.Spec) erro
 	if err := os.WriteFile(filepath.Join(b.dir, mountsFile), data, 0o600); err != nil {
 		return err
 	}
-	set, err := mounts.Open(specs)
+	set, err := ms.cfg.Open(ctx, specs)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

@@ -5,6 +5,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,13 +13,26 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/internal/s3test"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
-// One boot: a host directory mounted read-only and another read-write, read
-// in the sandbox, in each of 3 forks and after a pause and resume; forks
-// share the read-write directory (last writer wins); bad mounts are refused
-// before anything is made.
+// secretMap is a mounts.Secrets over a map.
+type secretMap map[string]string
+
+func (m secretMap) SecretValue(_ context.Context, name string) ([]byte, error) {
+	v, ok := m[name]
+	if !ok {
+		return nil, fmt.Errorf("secret %s: not found", name)
+	}
+	return []byte(v), nil
+}
+
+// One boot: a host directory mounted read-only and another read-write, and
+// a bucket (an S3 server on loopback) read-only and read-write, read in the
+// sandbox, in each of 3 forks and after a pause and resume; forks share the
+// read-write directory and bucket (last writer wins); bad mounts are
+// refused before anything is made.
 func TestHostMounts(t *testing.T) {
 	data := vmmtest.ShortTempDir(t)
 	roots := t.TempDir()
@@ -31,14 +45,23 @@ func TestHostMounts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ro, "hello.txt"), []byte("from the host"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, data, func(o *sandbox.Options) { o.Mounts = mounts.Config{HostRoots: []string{roots}} })
+	s3 := s3test.Start(t, "bucket")
+	s3.Put(t, "bucket", "in/readme.txt", []byte("from the bucket"))
+	s3.Put(t, "bucket", "in/deep/x.txt", []byte("x"))
+	secrets := secretMap{"s3keys": s3test.AccessKey + ":" + s3test.SecretKey, "wrong": "AKIDWRONG:nope"}
+	m := newManager(t, data, func(o *sandbox.Options) {
+		o.Mounts = mounts.Config{HostRoots: []string{roots}, Secrets: secrets}
+	})
 	ctx := context.Background()
 
-	checkBadMounts(t, m, ro, data)
+	checkBadMounts(t, m, ro, data, s3.Endpoint)
 
+	s3ro := mounts.Spec{Type: mounts.TypeS3, Endpoint: s3.Endpoint, Bucket: "bucket", Prefix: "in", Secret: "s3keys", Path: "/s3in", ReadOnly: true}
+	s3rw := mounts.Spec{Type: mounts.TypeS3, Endpoint: s3.Endpoint, Bucket: "bucket", Prefix: "out/", Secret: "s3keys", Path: "/s3out"}
 	info, err := m.Create(ctx, sandbox.CreateOptions{Mounts: []mounts.Spec{
 		{Type: mounts.TypeHost, Source: ro, Path: "/data", ReadOnly: true},
 		{Type: mounts.TypeHost, Source: rw, Path: "/work"},
+		s3ro, s3rw,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +74,7 @@ func TestHostMounts(t *testing.T) {
 		t.Errorf("write to the read-only mount: %q", got)
 	}
 	sh(t, m, info.ID, "echo parent > /work/parent.txt")
+	checkS3Mount(t, m, s3, info.ID)
 	if b, _ := os.ReadFile(filepath.Join(rw, "parent.txt")); string(b) != "parent\n" {
 		t.Fatalf("host sees %q after the guest's write", b)
 	}
@@ -73,6 +97,14 @@ func TestHostMounts(t *testing.T) {
 			t.Errorf("%s reads %q, want the last writer's", id, got)
 		}
 	}
+	// The bucket is shared too: a fork's upload is the object all see.
+	sh(t, m, forks[2].ID, "echo from-fork2 > /s3out/fork.txt")
+	if b, err := s3.Get("bucket", "out/fork.txt"); err != nil || string(b) != "from-fork2\n" {
+		t.Errorf("the bucket after a fork's write: %q, %v", b, err)
+	}
+	if got := sh(t, m, info.ID, "cat /s3out/fork.txt /s3in/readme.txt"); got != "from-fork2\nfrom the bucket" {
+		t.Errorf("the parent reads %q after the fork's write", got)
+	}
 
 	if _, err := m.Pause(ctx, info.ID); err != nil {
 		t.Fatal(err)
@@ -90,7 +122,7 @@ func TestHostMounts(t *testing.T) {
 
 // checkBadMounts: each bad mount is a clear ErrInvalid, and leaves no
 // sandbox record or directory.
-func checkBadMounts(t *testing.T, m *sandbox.Manager, ok, data string) {
+func checkBadMounts(t *testing.T, m *sandbox.Manager, ok, data, s3 string) {
 	ctx := context.Background()
 	for _, sp := range []mounts.Spec{
 		{Type: mounts.TypeHost, Source: "/etc", Path: "/data"},
@@ -99,6 +131,9 @@ func checkBadMounts(t *testing.T, m *sandbox.Manager, ok, data string) {
 		{Type: mounts.TypeHost, Source: ok, Path: "/sys/x"},
 		{Type: mounts.TypeHost, Source: ok, Path: "/dev/x"},
 		{Type: mounts.TypeHost, Source: ok, Path: "/run/agent"},
+		{Type: mounts.TypeS3, Endpoint: s3, Bucket: "bucket", Secret: "no-such-secret", Path: "/s3"},
+		{Type: mounts.TypeS3, Endpoint: s3, Bucket: "bucket", Secret: "wrong", Path: "/s3"},
+		{Type: mounts.TypeS3, Endpoint: s3, Bucket: "no-such-bucket", Secret: "s3keys", Path: "/s3"},
 	} {
 		_, err := m.Create(ctx, sandbox.CreateOptions{Mounts: []mounts.Spec{sp}})
 		if !errors.Is(err, sandbox.ErrInvalid) {
@@ -110,5 +145,26 @@ func checkBadMounts(t *testing.T, m *sandbox.Manager, ok, data string) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(data, "sandboxes")); len(ents) != 0 {
 		t.Errorf("bad creates left %d sandbox dirs", len(ents))
+	}
+}
+
+// checkS3Mount: the read-only bucket mount lists and reads; the read-write
+// one uploads what the guest writes, on close.
+func checkS3Mount(t *testing.T, m *sandbox.Manager, s3 *s3test.Server, id string) {
+	if got := sh(t, m, id, "ls /s3in; cat /s3in/readme.txt /s3in/deep/x.txt"); got != "deep\nreadme.txt\nfrom the bucketx" {
+		t.Errorf("ls and cat of the bucket: %q", got)
+	}
+	if got := sh(t, m, id, "echo x > /s3in/new 2>&1; echo rc=$?"); !strings.Contains(got, "Read-only file system") {
+		t.Errorf("write to the read-only bucket: %q", got)
+	}
+	sh(t, m, id, "mkdir -p /s3out/d && echo written in the guest > /s3out/d/w.txt && head -c 1048576 /dev/urandom > /s3out/big")
+	if b, err := s3.Get("bucket", "out/d/w.txt"); err != nil || string(b) != "written in the guest\n" {
+		t.Errorf("the bucket holds %q, %v after the guest's write", b, err)
+	}
+	if b, err := s3.Get("bucket", "out/big"); err != nil || len(b) != 1<<20 {
+		t.Errorf("the bucket holds %d bytes of big, %v", len(b), err)
+	}
+	if got := sh(t, m, id, "wc -c < /s3out/big; ls /s3out"); got != "1048576\nbig\nd\n" {
+		t.Errorf("the guest sees %q", got)
 	}
 }

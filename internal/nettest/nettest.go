@@ -26,7 +26,7 @@ import (
 )
 
 // Names the upstream's certificate is valid for.
-var Names = []string{"allowed.test", "inject.test", "denied.test", "other.test", "api.allowed.test"}
+var Names = []string{"allowed.test", "inject.test", "denied.test", "other.test", "api.allowed.test", "git.test"}
 
 // Addresses that must never be reached; the namespace owns them.
 var (
@@ -65,6 +65,7 @@ type Upstream struct {
 	sinks    []netip.Addr
 	mu       sync.Mutex
 	requests []Request
+	routes   map[string]http.Handler
 	sinkHits atomic.Int64
 }
 
@@ -239,7 +240,12 @@ func (u *Upstream) sink(l net.Listener) {
 func (u *Upstream) handle(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.requests = append(u.requests, Request{Host: r.Host, Path: r.URL.Path, Header: r.Header.Clone()})
+	h := u.routes[r.Host]
 	u.mu.Unlock()
+	if h != nil {
+		h.ServeHTTP(w, r)
+		return
+	}
 	if r.URL.Path == "/bytes" {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		w.Header().Set("Content-Length", strconv.Itoa(n))
@@ -254,6 +260,16 @@ func (u *Upstream) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fmt.Fprintf(w, "hello from upstream %s\n", r.Host)
+}
+
+// Route serves the requests for host (one of Names) with h instead.
+func (u *Upstream) Route(host string, h http.Handler) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.routes == nil {
+		u.routes = map[string]http.Handler{}
+	}
+	u.routes[host] = h
 }
 
 // Requests returns what the upstream has seen so far.

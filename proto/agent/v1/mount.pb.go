@@ -1335,7 +1335,7 @@ const file_mount_proto_rawDesc = "" +
 	"\x05_sizeB\a\n" +
 	"\x05_modeB\v\n" +
 	"\t_mtime_nsB\v\n" +
-	"\t_atime_ns2\xe2\b\n" +
+	"\t_atime_ns2\xb0\t\n" +
 	"\x06Mounts\x12T\n" +
 	"\x05Hello\x12$.agentbox.agent.v1.MountHelloRequest\x1a%.agentbox.agent.v1.MountHelloResponse\x12M\n" +
 	"\x05Ready\x12$.agentbox.agent.v1.MountReadyRequest\x1a\x1e.agentbox.agent.v1.MountResult\x12R\n" +
@@ -1349,7 +1349,8 @@ const file_mount_proto_rawDesc = "" +
 	"\bReadlink\x12#.agentbox.agent.v1.MountPathRequest\x1a(.agentbox.agent.v1.MountReadlinkResponse\x12O\n" +
 	"\x06Remove\x12%.agentbox.agent.v1.MountRemoveRequest\x1a\x1e.agentbox.agent.v1.MountResult\x12O\n" +
 	"\x06Rename\x12%.agentbox.agent.v1.MountRenameRequest\x1a\x1e.agentbox.agent.v1.MountResult\x12W\n" +
-	"\aSetAttr\x12&.agentbox.agent.v1.MountSetAttrRequest\x1a$.agentbox.agent.v1.MountAttrResponseB5Z3github.com/agentbox/agentbox/proto/agent/v1;agentv1b\x06proto3"
+	"\aSetAttr\x12&.agentbox.agent.v1.MountSetAttrRequest\x1a$.agentbox.agent.v1.MountAttrResponse\x12L\n" +
+	"\x05Flush\x12#.agentbox.agent.v1.MountPathRequest\x1a\x1e.agentbox.agent.v1.MountResultB5Z3github.com/agentbox/agentbox/proto/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_mount_proto_rawDescOnce sync.Once
@@ -1406,21 +1407,23 @@ var file_mount_proto_depIdxs = []int32{
 	18, // 14: agentbox.agent.v1.Mounts.Remove:input_type -> agentbox.agent.v1.MountRemoveRequest
 	19, // 15: agentbox.agent.v1.Mounts.Rename:input_type -> agentbox.agent.v1.MountRenameRequest
 	20, // 16: agentbox.agent.v1.Mounts.SetAttr:input_type -> agentbox.agent.v1.MountSetAttrRequest
-	2,  // 17: agentbox.agent.v1.Mounts.Hello:output_type -> agentbox.agent.v1.MountHelloResponse
-	4,  // 18: agentbox.agent.v1.Mounts.Ready:output_type -> agentbox.agent.v1.MountResult
-	7,  // 19: agentbox.agent.v1.Mounts.Lstat:output_type -> agentbox.agent.v1.MountAttrResponse
-	10, // 20: agentbox.agent.v1.Mounts.ReadDir:output_type -> agentbox.agent.v1.MountReadDirResponse
-	12, // 21: agentbox.agent.v1.Mounts.Read:output_type -> agentbox.agent.v1.MountReadResponse
-	14, // 22: agentbox.agent.v1.Mounts.Write:output_type -> agentbox.agent.v1.MountWriteResponse
-	7,  // 23: agentbox.agent.v1.Mounts.Create:output_type -> agentbox.agent.v1.MountAttrResponse
-	7,  // 24: agentbox.agent.v1.Mounts.Mkdir:output_type -> agentbox.agent.v1.MountAttrResponse
-	7,  // 25: agentbox.agent.v1.Mounts.Symlink:output_type -> agentbox.agent.v1.MountAttrResponse
-	17, // 26: agentbox.agent.v1.Mounts.Readlink:output_type -> agentbox.agent.v1.MountReadlinkResponse
-	4,  // 27: agentbox.agent.v1.Mounts.Remove:output_type -> agentbox.agent.v1.MountResult
-	4,  // 28: agentbox.agent.v1.Mounts.Rename:output_type -> agentbox.agent.v1.MountResult
-	7,  // 29: agentbox.agent.v1.Mounts.SetAttr:output_type -> agentbox.agent.v1.MountAttrResponse
-	17, // [17:30] is the sub-list for method output_type
-	4,  // [4:17] is the sub-list for method input_type
+	5,  // 17: agentbox.agent.v1.Mounts.Flush:input_type -> agentbox.agent.v1.MountPathRequest
+	2,  // 18: agentbox.agent.v1.Mounts.Hello:output_type -> agentbox.agent.v1.MountHelloResponse
+	4,  // 19: agentbox.agent.v1.Mounts.Ready:output_type -> agentbox.agent.v1.MountResult
+	7,  // 20: agentbox.agent.v1.Mounts.Lstat:output_type -> agentbox.agent.v1.MountAttrResponse
+	10, // 21: agentbox.agent.v1.Mounts.ReadDir:output_type -> agentbox.agent.v1.MountReadDirResponse
+	12, // 22: agentbox.agent.v1.Mounts.Read:output_type -> agentbox.agent.v1.MountReadResponse
+	14, // 23: agentbox.agent.v1.Mounts.Write:output_type -> agentbox.agent.v1.MountWriteResponse
+	7,  // 24: agentbox.agent.v1.Mounts.Create:output_type -> agentbox.agent.v1.MountAttrResponse
+	7,  // 25: agentbox.agent.v1.Mounts.Mkdir:output_type -> agentbox.agent.v1.MountAttrResponse
+	7,  // 26: agentbox.agent.v1.Mounts.Symlink:output_type -> agentbox.agent.v1.MountAttrResponse
+	17, // 27: agentbox.agent.v1.Mounts.Readlink:output_type -> agentbox.agent.v1.MountReadlinkResponse
+	4,  // 28: agentbox.agent.v1.Mounts.Remove:output_type -> agentbox.agent.v1.MountResult
+	4,  // 29: agentbox.agent.v1.Mounts.Rename:output_type -> agentbox.agent.v1.MountResult
+	7,  // 30: agentbox.agent.v1.Mounts.SetAttr:output_type -> agentbox.agent.v1.MountAttrResponse
+	4,  // 31: agentbox.agent.v1.Mounts.Flush:output_type -> agentbox.agent.v1.MountResult
+	18, // [18:32] is the sub-list for method output_type
+	4,  // [4:18] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name

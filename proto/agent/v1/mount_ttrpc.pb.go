@@ -22,6 +22,7 @@ type MountsService interface {
 	Remove(context.Context, *MountRemoveRequest) (*MountResult, error)
 	Rename(context.Context, *MountRenameRequest) (*MountResult, error)
 	SetAttr(context.Context, *MountSetAttrRequest) (*MountAttrResponse, error)
+	Flush(context.Context, *MountPathRequest) (*MountResult, error)
 }
 
 func RegisterMountsService(srv *ttrpc.Server, svc MountsService) {
@@ -117,6 +118,13 @@ func RegisterMountsService(srv *ttrpc.Server, svc MountsService) {
 					return nil, err
 				}
 				return svc.SetAttr(ctx, &req)
+			},
+			"Flush": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req MountPathRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Flush(ctx, &req)
 			},
 		},
 	})
@@ -231,6 +239,14 @@ func (c *mountsClient) Rename(ctx context.Context, req *MountRenameRequest) (*Mo
 func (c *mountsClient) SetAttr(ctx context.Context, req *MountSetAttrRequest) (*MountAttrResponse, error) {
 	var resp MountAttrResponse
 	if err := c.client.Call(ctx, "agentbox.agent.v1.Mounts", "SetAttr", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *mountsClient) Flush(ctx context.Context, req *MountPathRequest) (*MountResult, error) {
+	var resp MountResult
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Mounts", "Flush", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
