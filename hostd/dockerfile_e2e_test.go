@@ -7,20 +7,14 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/agentbox/agentbox/client"
@@ -32,14 +26,7 @@ import (
 // and RUN, starts a sandbox from it, then rebuilds after changing the last
 // RUN line: the image template and every earlier line are reused.
 func TestDockerfileBuild(t *testing.T) {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	ref := u.Host + "/busybox-tools:1"
-	r, _ := name.ParseReference(ref)
-	if err := remote.Write(r, busyboxToolsImage(t)); err != nil {
-		t.Fatal(err)
-	}
+	ref, _ := serveImage(t, "busybox-tools:1", busyboxToolsImage(t))
 	c, _ := startHostd(t)
 	ctx := context.Background()
 

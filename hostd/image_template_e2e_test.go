@@ -28,13 +28,34 @@ import (
 	"github.com/agentbox/agentbox/client"
 )
 
+// serveImage pushes img as repoTag to a registry on loopback (closed
+// when the test ends) and returns its reference and the registry's host.
+func serveImage(t *testing.T, repoTag string, img v1.Image) (ref, host string) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref = u.Host + "/" + repoTag
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return ref, u.Host
+}
+
 // busyboxImage is an image of Debian's static busybox alone: no libc, no
 // shell but busybox's, no /etc.
 func busyboxImage(t *testing.T) v1.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
-		t.Skipf("busybox-static not installed: %v", err)
+		t.Fatalf("busybox-static is needed (ci/install-deps.sh installs it): %v", err)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -77,19 +98,12 @@ func busyboxImage(t *testing.T) v1.Image {
 // a registry on loopback, starts a sandbox from it, and runs commands and
 // file calls there; bad references fail cleanly first.
 func TestImageTemplate(t *testing.T) {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	ref := u.Host + "/busybox:1"
-	r, _ := name.ParseReference(ref)
-	if err := remote.Write(r, busyboxImage(t)); err != nil {
-		t.Fatal(err)
-	}
+	ref, host := serveImage(t, "busybox:1", busyboxImage(t))
 	c, data := startHostd(t)
 	ctx := context.Background()
 
 	// Bad input: a clear error, no template, no cached base, hostd healthy.
-	_, err := c.BuildTemplateFromImage(ctx, "nope", 0, client.ImageSource{Ref: u.Host + "/missing:1"}, nil)
+	_, err := c.BuildTemplateFromImage(ctx, "nope", 0, client.ImageSource{Ref: host + "/missing:1"}, nil)
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Code != "registry_error" || !strings.Contains(ae.Message, "missing") {
 		t.Errorf("unknown reference: %v, want a registry_error naming it", err)

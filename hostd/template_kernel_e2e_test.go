@@ -5,19 +5,11 @@ package hostd_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/hostd"
@@ -30,14 +22,7 @@ import (
 // that guestinit cannot load fails the build with the console's last
 // lines; no failed build leaves a template.
 func TestTemplateKernel(t *testing.T) {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	ref := u.Host + "/busybox:1"
-	r, _ := name.ParseReference(ref)
-	if err := remote.Write(r, busyboxImage(t)); err != nil {
-		t.Fatal(err)
-	}
+	ref, _ := serveImage(t, "busybox:1", busyboxImage(t))
 	kernel := vmmtest.FindAssets(t).Kernel
 	kdir := filepath.Dir(kernel)
 	mine := t.TempDir()

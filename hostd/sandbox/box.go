@@ -76,6 +76,21 @@ func (b *box) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
+// every calls fn each period until b goes (for background work that lives
+// as long as the VM: the guest clock, the console cap).
+func (b *box) every(period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.gone:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
 // nextOverlay names the box's next overlay file.
 func (b *box) nextOverlay() string {
 	p := filepath.Join(b.dir, fmt.Sprintf("disk-%d.qcow2", b.disks))

@@ -28,18 +28,11 @@ func setClock(ctx context.Context, b *box) error {
 
 // keepClock sets b's guest clock every clockResync until b goes.
 func (m *Manager) keepClock(b *box) {
-	t := time.NewTicker(clockResync)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.gone:
-			return
-		case <-t.C:
-		}
+	b.every(clockResync, func() {
 		if err := setClock(context.Background(), b); err != nil {
 			m.log.Debug("guest clock", "sandbox_id", b.id, "err", err)
 		}
-	}
+	})
 }
 
 // hostTime puts a time the guest stamped on the recorder's clock: never

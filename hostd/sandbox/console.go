@@ -24,18 +24,11 @@ const (
 
 // capConsole rotates b's console log until b goes.
 func (m *Manager) capConsole(b *box, path string) {
-	t := time.NewTicker(consoleCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.gone:
-			return
-		case <-t.C:
-		}
+	b.every(consoleCheck, func() {
 		if _, err := rotateConsole(path, consoleMax); err != nil {
 			m.log.Warn("console log rotation", "sandbox_id", b.id, "err", err)
 		}
-	}
+	})
 }
 
 // rotateConsole moves the log at path to path.1 by copy and truncate once

@@ -157,7 +157,10 @@ func (f *flight) recordGuest(id string, g *guestCursor, evs agentclient.GuestEve
 	}
 	for _, e := range evs.Events {
 		g.after = max(g.after, e.Seq)
-		cause, _ := f.reg.get(id).rec.causeOf(e.ExecID)
+		var cause recorder.Cause
+		if en := f.reg.find(id); en != nil {
+			cause, _ = en.rec.causeOf(e.ExecID)
+		}
 		en := recorder.Entry{SandboxID: id, Cause: cause, Time: hostTime(e.Time)}
 		switch {
 		case e.File != nil:

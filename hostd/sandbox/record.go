@@ -205,7 +205,9 @@ func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 			select {
 			case <-b.gone:
 				if errors.Is(b.why, ErrPaused) {
-					f.reg.get(b.id).rec.setAwaited(t, false)
+					if e := f.reg.find(b.id); e != nil {
+						e.rec.setAwaited(t, false)
+					}
 				} else {
 					f.execEnded(b.id, execID, t, sum, "the sandbox ended first")
 				}
@@ -240,7 +242,9 @@ func (f *flight) execEnded(id, execID string, t *execTrack, sum agentclient.Summ
 	}
 	f.r.Add(context.Background(), recorder.Entry{SandboxID: id, Type: recorder.TypeExec, Cause: t.cause,
 		Time: end, Start: t.started, Data: d})
-	f.reg.get(id).rec.markEnded(t)
+	if e := f.reg.find(id); e != nil { // a deleted sandbox keeps no entry
+		e.rec.markEnded(t)
+	}
 	close(t.done)
 }
 
