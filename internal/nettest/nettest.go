@@ -10,13 +10,16 @@ package nettest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,6 +112,9 @@ func newUpstream(t TB, sinks bool) *Upstream {
 	if err := u.link(hostIf, nsIf); err != nil {
 		t.Fatal(err)
 	}
+	if len(u.sinks) > 0 {
+		lockSinks(t)
+	}
 	for _, sink := range u.sinks {
 		r := &netlink.Route{Dst: prefix32(sink), Gw: u.IP.AsSlice()}
 		if err := netlink.RouteAdd(r); err != nil {
@@ -118,6 +124,36 @@ func newUpstream(t TB, sinks bool) *Upstream {
 	}
 	u.serve(t)
 	return u
+}
+
+// sinkLock is the host-wide lock file held while the sink addresses are
+// routed into a test namespace: the routes are the host's, so test binaries
+// of other packages (or of other checkouts) running at the same time wait
+// for their turn instead of failing on an existing route.
+const sinkLock = "/run/agentbox-nettest-sinks.lock"
+
+// lockSinks takes sinkLock until the test ends, waiting up to ten minutes.
+func lockSinks(t TB) {
+	t.Helper()
+	f, err := os.OpenFile(sinkLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("open %s: %v", sinkLock, err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			t.Fatalf("lock %s (another test routes the sink addresses): %v", sinkLock, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Cleanups run last-in first-out: registered before the routes, this
+	// one runs after they are removed.
+	t.Cleanup(func() { f.Close() })
 }
 
 // nsSetup runs inside the new namespace: loopback up, owning the sinks.
