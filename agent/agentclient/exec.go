@@ -25,6 +25,9 @@ type Command struct {
 	// Tty runs the command on a pseudo-terminal of Rows x Cols (0: 24x80).
 	Tty        bool
 	Rows, Cols uint32
+	// User, if set, runs the command as that user ("name", "uid",
+	// "name:group", "uid:gid"), resolved by the guest; "" is root.
+	User string
 }
 
 // Output is a piece of a session's output.
@@ -43,7 +46,7 @@ type Exit struct {
 // Start launches cmd and returns its session id.
 func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
 	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin,
-		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols})
+		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols, User: cmd.User})
 	if err != nil {
 		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
 			return "", fmt.Errorf("%w: %s", ErrStart, st.Message())

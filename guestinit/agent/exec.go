@@ -79,6 +79,8 @@ type Exec struct {
 	// beforeExit runs after a process has exited and its output is
 	// drained, before the session is marked exited (see BeforeExit).
 	beforeExit func()
+	// etc holds the passwd and group files users are resolved from.
+	etc string
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -97,9 +99,15 @@ func BeforeExit(f func()) ExecOption {
 	return func(e *Exec) { e.beforeExit = f }
 }
 
+// UserFiles sets the directory of the passwd and group files that a
+// StartRequest's user is resolved from (default /etc).
+func UserFiles(dir string) ExecOption {
+	return func(e *Exec) { e.etc = dir }
+}
+
 // NewExec returns an Exec service that starts processes with sp.
 func NewExec(sp Spawner, log *slog.Logger, opts ...ExecOption) *Exec {
-	e := &Exec{spawner: sp, log: log, sessions: map[string]*session{}}
+	e := &Exec{spawner: sp, log: log, etc: "/etc", sessions: map[string]*session{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -146,6 +154,10 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, fmt.Errorf("%w: empty command", errBadArgs)
 	}
+	u, err := resolveUser(req.User, e.etc)
+	if err != nil {
+		return nil, err
+	}
 	cmd, err := buildCmd(argv, req.Env, req.Cwd)
 	if err != nil {
 		return nil, err
@@ -160,6 +172,7 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	applyUser(cmd, u, req.Env, req.Cwd != "")
 	release := intoExecCgroup(cmd)
 	exit, err := e.spawner.Spawn(cmd)
 	release()

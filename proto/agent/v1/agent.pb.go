@@ -189,9 +189,16 @@ type StartRequest struct {
 	// tty runs the process on a new pseudo-terminal (its controlling terminal,
 	// in a new session) of rows x cols; stdin is always open then, and the
 	// terminal's output is the session's stdout.
-	Tty           bool   `protobuf:"varint,6,opt,name=tty,proto3" json:"tty,omitempty"`
-	Rows          uint32 `protobuf:"varint,7,opt,name=rows,proto3" json:"rows,omitempty"`
-	Cols          uint32 `protobuf:"varint,8,opt,name=cols,proto3" json:"cols,omitempty"`
+	Tty  bool   `protobuf:"varint,6,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows uint32 `protobuf:"varint,7,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,8,opt,name=cols,proto3" json:"cols,omitempty"`
+	// user, if set, runs the process as that user instead of root, as an
+	// image's USER names it: "name", "uid", "name:group", "uid:gid" (or a
+	// mix). The guest resolves names, the primary group, supplementary
+	// groups and HOME from its own /etc/passwd and /etc/group (a uid absent
+	// from them runs with gid 0 and HOME /, as Docker does); an unknown name
+	// fails the start.
+	User          string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -280,6 +287,13 @@ func (x *StartRequest) GetCols() uint32 {
 		return x.Cols
 	}
 	return 0
+}
+
+func (x *StartRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 type StartResponse struct {
@@ -2573,7 +2587,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vErrnoDetail\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\fR\x04path\"\x8e\x02\n" +
+	"\x04path\x18\x03 \x01(\fR\x04path\"\xa2\x02\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12:\n" +
@@ -2582,7 +2596,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x05stdin\x18\x05 \x01(\bR\x05stdin\x12\x10\n" +
 	"\x03tty\x18\x06 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\a \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\b \x01(\rR\x04cols\x1a6\n" +
+	"\x04cols\x18\b \x01(\rR\x04cols\x12\x12\n" +
+	"\x04user\x18\t \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
