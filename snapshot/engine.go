@@ -45,6 +45,7 @@ type Record struct {
 	VCPUs, MemoryMiB int
 	Env              map[string]string
 	Cwd              string
+	User             string // the default user of execs ("" = root)
 	Backend          string
 	SizeBytes        int64
 	CacheKey         string
@@ -140,11 +141,12 @@ type Source struct {
 	ParentID string
 	// NextOverlay names a fresh overlay file of the sandbox.
 	NextOverlay func() string
-	// VCPUs, MemoryMiB, Env and Cwd are recorded for sandboxes started
-	// from the snapshot.
+	// VCPUs, MemoryMiB, Env, Cwd and User are recorded for sandboxes
+	// started from the snapshot.
 	VCPUs, MemoryMiB int
 	Env              map[string]string
 	Cwd              string
+	User             string
 }
 
 // Options are the choices of one capture.
@@ -195,7 +197,7 @@ func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Optio
 // capture writes the snapshot of src's paused VM.
 func (e *Engine) capture(ctx context.Context, src *Source, opts Options) (Record, error) {
 	sn := Record{ID: "sn-" + randomHex(6), Kind: opts.Kind, SandboxID: src.SandboxID, ParentID: src.ParentID,
-		VCPUs: src.VCPUs, MemoryMiB: src.MemoryMiB, Env: src.Env, Cwd: src.Cwd, Backend: e.cfg.Backend,
+		VCPUs: src.VCPUs, MemoryMiB: src.MemoryMiB, Env: src.Env, Cwd: src.Cwd, User: src.User, Backend: e.cfg.Backend,
 		CacheKey: opts.CacheKey, CreatedAt: time.Now().UTC()}
 	sn.Dir = filepath.Join(e.cfg.Dir, sn.ID)
 	if err := os.MkdirAll(sn.Dir, 0o700); err != nil {

@@ -13,13 +13,16 @@
 //	  - copy: {src: ./app, dest: /opt/app}  # relative to the blueprint file
 //	  - env: {FOO: bar}
 //	  - workdir: /opt/app
+//	  - user: app                           # later run steps and the template's execs
 //
 // There is no API to change a sandbox's default env or cwd, so env and
 // workdir steps are also written into the guest: env steps append
 // `export K='V'` lines to /etc/profile.d/agentbox-template.sh, and a workdir
 // step creates the directory and writes its path to /etc/agentbox-workdir.
 // During a build they are passed as ExecRequest.Env and Cwd to every later
-// run step.
+// run step. A user step changes no file: later run steps run as that user
+// (ExecRequest.User) and the step's snapshot records it as the default user
+// of the template's execs.
 package blueprint
 
 import (
@@ -66,6 +69,9 @@ type Step struct {
 	Env map[string]string `yaml:"env,omitempty"`
 	// Workdir is the working directory of later run steps.
 	Workdir string `yaml:"workdir,omitempty"`
+	// User is the user later run steps and the template's execs run as
+	// ("root", a name or uid, optionally ":group"; a Dockerfile's USER).
+	User string `yaml:"user,omitempty"`
 
 	// Exec is a command run as an argv, without a shell (a Dockerfile's
 	// exec-form RUN); it must exit 0.
@@ -105,6 +111,7 @@ const (
 	KindCopy    = "copy"
 	KindEnv     = "env"
 	KindWorkdir = "workdir"
+	KindUser    = "user"
 	KindExec    = "exec"
 	KindFile    = "file"
 )
@@ -124,6 +131,9 @@ func (s Step) Kind() string {
 	}
 	if s.Workdir != "" {
 		kinds = append(kinds, KindWorkdir)
+	}
+	if s.User != "" {
+		kinds = append(kinds, KindUser)
 	}
 	if s.Exec != nil {
 		kinds = append(kinds, KindExec)
@@ -159,6 +169,8 @@ func (s Step) String() string {
 		return "ENV " + strings.Join(kv, " ")
 	case KindWorkdir:
 		return "WORKDIR " + s.Workdir
+	case KindUser:
+		return "USER " + s.User
 	case KindExec:
 		return "RUN " + strings.Join(s.Exec, " ")
 	case KindFile:
@@ -217,19 +229,22 @@ func Parse(b []byte) (Blueprint, error) {
 // parseStep reads one step: a mapping with exactly one known key.
 func parseStep(n *yaml.Node) (Step, error) {
 	if n.Kind != yaml.MappingNode || len(n.Content) != 2 {
-		return Step{}, fmt.Errorf("line %d: a step is a mapping with one key: run, copy, env or workdir", n.Line)
+		return Step{}, fmt.Errorf("line %d: a step is a mapping with one key: run, copy, env, workdir or user", n.Line)
 	}
 	key, val := n.Content[0].Value, n.Content[1]
 	var s Step
 	switch key {
-	case KindRun, KindWorkdir:
+	case KindRun, KindWorkdir, KindUser:
 		if val.Kind != yaml.ScalarNode || strings.TrimSpace(val.Value) == "" {
 			return Step{}, fmt.Errorf("line %d: %s takes a non-empty string", val.Line, key)
 		}
-		if key == KindRun {
+		switch key {
+		case KindRun:
 			s.Run = val.Value
-		} else {
+		case KindWorkdir:
 			s.Workdir = val.Value
+		default:
+			s.User = val.Value
 		}
 	case KindCopy:
 		if err := decodeStrict(val, &s.Copy, "src", "dest"); err != nil {
@@ -314,6 +329,11 @@ func (s Step) validate() error {
 		if !path.IsAbs(s.Workdir) {
 			return fmt.Errorf("workdir: must be an absolute guest path, got %q", s.Workdir)
 		}
+	case KindUser:
+		if name, group, _ := strings.Cut(s.User, ":"); name == "" || strings.ContainsAny(group, ":") ||
+			strings.ContainsFunc(s.User, func(r rune) bool { return r <= ' ' }) {
+			return fmt.Errorf("user: %q is not root, a name or uid, optionally :group", s.User)
+		}
 	case KindExec:
 		if len(s.Exec) == 0 || s.Exec[0] == "" {
 			return errors.New("exec: empty argv")
@@ -323,7 +343,7 @@ func (s Step) validate() error {
 			return fmt.Errorf("file: must be an absolute guest path, got %q", s.File.Path)
 		}
 	default:
-		return errors.New("a step needs exactly one of run, copy, env or workdir")
+		return errors.New("a step needs exactly one of run, copy, env, workdir or user")
 	}
 	return nil
 }

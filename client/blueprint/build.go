@@ -213,17 +213,19 @@ func (b *builder) deleteSandbox(ctx context.Context, id string) {
 // snapshot takes step snapshot key; sandboxes started from it (the
 // template's) get the env and workdir that the steps so far set.
 func (b *builder) snapshot(ctx context.Context, id, key string, st state) (string, error) {
-	sn, err := b.c.Snapshot(ctx, id, client.SnapshotRequest{Kind: client.SnapshotRequestKindStep, CacheKey: key, Env: st.env, Cwd: st.workdir})
+	sn, err := b.c.Snapshot(ctx, id, client.SnapshotRequest{Kind: client.SnapshotRequestKindStep, CacheKey: key, Env: st.env, Cwd: st.workdir, User: st.user})
 	if err != nil {
 		return "", fmt.Errorf("snapshot: %w", err)
 	}
 	return sn.ID, nil
 }
 
-// state is what env and workdir steps accumulate for later run steps.
+// state is what env, workdir and user steps accumulate for later run
+// steps.
 type state struct {
 	env     map[string]string
 	workdir string
+	user    string // "" = the origin's (its image's USER, else root)
 }
 
 // replay returns the state after steps (already built, so not run).
@@ -244,5 +246,7 @@ func (st *state) apply(s Step) {
 		maps.Copy(st.env, s.Env)
 	case KindWorkdir:
 		st.workdir = s.Workdir
+	case KindUser:
+		st.user = s.User
 	}
 }

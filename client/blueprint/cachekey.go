@@ -81,11 +81,12 @@ func stepKey(prev string, s Step, content []byte) (string, error) {
 		Dest    string            `json:"dest,omitempty"`
 		Env     map[string]string `json:"env,omitempty"` // encoding/json sorts the keys
 		Workdir string            `json:"workdir,omitempty"`
+		User    string            `json:"user,omitempty"`
 		Exec    []string          `json:"exec,omitempty"`
 		RunEnv  map[string]string `json:"run_env,omitempty"`
 		File    string            `json:"file,omitempty"`
 		Content string            `json:"content,omitempty"`
-	}{Kind: s.Kind(), Run: s.Run, Env: s.Env, Workdir: s.Workdir, Exec: s.Exec, RunEnv: s.RunEnv}
+	}{Kind: s.Kind(), Run: s.Run, Env: s.Env, Workdir: s.Workdir, User: s.User, Exec: s.Exec, RunEnv: s.RunEnv}
 	if s.Copy != nil {
 		c.Src, c.Dest = s.Copy.Src, s.Copy.Dest
 	}

@@ -71,7 +71,7 @@ func (b *builder) runStep(ctx context.Context, id string, argv []string, runEnv 
 	} else {
 		maps.Copy(env, st.env)
 	}
-	req := client.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir}
+	req := client.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir, User: st.user}
 	var (
 		code int
 		sig  string

@@ -16,10 +16,11 @@
 //
 // RUN (shell form under /bin/sh -c, exec form as an argv), COPY and ADD
 // from the context (honouring its .dockerignore, through
-// moby/patternmatcher), ENV, ARG (with build args), WORKDIR are steps;
-// USER, EXPOSE, CMD, ENTRYPOINT and LABEL are recorded, as JSON, in the
-// guest file ConfigFile (one last step). Execs run as root only, so a RUN
-// after a USER other than root is refused. Everything else — multi-stage
+// moby/patternmatcher), ENV, ARG (with build args), WORKDIR and USER are
+// steps (later RUN lines, and the template's execs, run as USER's user,
+// resolved in the guest); USER, EXPOSE, CMD, ENTRYPOINT and LABEL are also
+// recorded, as JSON, in the guest file ConfigFile (one last step).
+// Everything else — multi-stage
 // builds, RUN and COPY flags (--mount, --from, --chown, ...), heredocs,
 // ADD of a URL or of a local archive, HEALTHCHECK, ONBUILD, VOLUME,
 // STOPSIGNAL, SHELL — is an error naming the line.
@@ -164,7 +165,7 @@ func (f *File) Translate(context string, base Config) (Translation, error) {
 		return Translation{}, err
 	}
 	t := &translator{f: f, lex: shell.NewLex(f.escape), ctx: ctx, env: maps.Clone(base.Env), args: map[string]string{},
-		workdir: base.WorkingDir, user: base.User, cfg: base}
+		workdir: base.WorkingDir, cfg: base}
 	t.cfg.Labels = maps.Clone(base.Labels)
 	if t.env == nil {
 		t.env = map[string]string{}
@@ -188,7 +189,6 @@ type translator struct {
 	env     map[string]string // ENV so far (with the base's)
 	args    map[string]string // ARGs in scope
 	workdir string
-	user    string
 	cfg     Config
 	setCfg  bool // an instruction set something of cfg
 	steps   []blueprint.Step
@@ -232,6 +232,13 @@ func (t *translator) command(c instructions.Command) error {
 	case *instructions.WorkdirCommand:
 		t.workdir = t.abs(c.Path)
 		t.steps = append(t.steps, blueprint.Step{Workdir: t.workdir, Label: c.String()})
+	case *instructions.UserCommand:
+		// Later RUN lines and the template's execs run as the user.
+		if c.User == "" {
+			return errors.New("USER names no user")
+		}
+		t.cfg.User, t.setCfg = c.User, true
+		t.steps = append(t.steps, blueprint.Step{User: c.User, Label: c.String()})
 	default:
 		return t.record(c)
 	}
@@ -241,8 +248,6 @@ func (t *translator) command(c instructions.Command) error {
 // record notes the instructions that only set config.
 func (t *translator) record(c instructions.Command) error {
 	switch c := c.(type) {
-	case *instructions.UserCommand:
-		t.user, t.cfg.User = c.User, c.User
 	case *instructions.ExposeCommand:
 		t.cfg.ExposedPorts = append(t.cfg.ExposedPorts, c.Ports...)
 	case *instructions.CmdCommand:
@@ -277,8 +282,6 @@ func (t *translator) run(c *instructions.RunCommand) error {
 		return fmt.Errorf("RUN --%s is not supported", c.FlagsUsed[0])
 	case len(c.Files) > 0:
 		return errors.New("RUN with a heredoc is not supported")
-	case !isRoot(t.user):
-		return fmt.Errorf("RUN as USER %s: build commands run as root only; move USER after the RUN lines", t.user)
 	}
 	s := blueprint.Step{Label: c.String()}
 	if len(t.args) > 0 {
@@ -291,11 +294,6 @@ func (t *translator) run(c *instructions.RunCommand) error {
 	}
 	t.steps = append(t.steps, s)
 	return nil
-}
-
-func isRoot(user string) bool {
-	u, _, _ := strings.Cut(user, ":")
-	return u == "" || u == "root" || u == "0"
 }
 
 // abs resolves a guest path against the working directory.

@@ -58,6 +58,8 @@ func brief(s blueprint.Step) string {
 		return "workdir " + s.Workdir
 	case blueprint.KindFile:
 		return "file " + s.File.Path
+	case blueprint.KindUser:
+		return "user " + s.User
 	}
 	return "?"
 }
@@ -93,13 +95,15 @@ func TestTranslate(t *testing.T) {
 				"copy a.txt /w/", "copy b.txt /w/", "copy a.txt /f"}},
 		{name: "recorded config", src: "FROM template:py\nUSER nobody\nEXPOSE 8080/tcp 9090\nCMD python app.py\nENTRYPOINT [\"/e\"]\nLABEL k=v\n",
 			base: Config{Env: map[string]string{"PATH": "/bin"}}, from: "template:py",
-			steps: []string{"file " + ConfigFile}, cfg: func(c Config) bool {
+			steps: []string{"user nobody", "file " + ConfigFile}, cfg: func(c Config) bool {
 				return c.User == "nobody" && reflect.DeepEqual(c.ExposedPorts, []string{"8080/tcp", "9090"}) &&
 					reflect.DeepEqual(c.Cmd, []string{"/bin/sh", "-c", "python app.py"}) &&
 					reflect.DeepEqual(c.Entrypoint, []string{"/e"}) && c.Labels["k"] == "v" && c.Env["PATH"] == "/bin" && c.WorkingDir == "/"
 			}},
-		{name: "user root may run", src: "FROM x\nUSER root\nRUN id\nUSER 0:0\nRUN id\n", from: "x",
-			steps: []string{"run id", "run id", "file " + ConfigFile}},
+		{name: "run as users", src: "FROM x\nUSER root\nRUN id\nUSER app:staff\nRUN id\n", from: "x",
+			steps: []string{"user root", "run id", "user app:staff", "run id", "file " + ConfigFile}},
+		{name: "user from an arg", src: "FROM x\nARG U=1000\nUSER $U:$U\nRUN id\n", from: "x",
+			steps: []string{"user 1000:1000", `run id {"U":"1000"}`, "file " + ConfigFile}, cfg: func(c Config) bool { return c.User == "1000:1000" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, f, err := translate(t, tc.src, tc.args, tc.base)
@@ -148,7 +152,7 @@ func TestTranslateRefuses(t *testing.T) {
 		{"platform", "FROM --platform=linux/arm64 a\n", 1, "--platform"},
 		{"add url", "FROM a\nADD https://example.invalid/x /x\n", 2, "ADD of a URL"},
 		{"add archive", "FROM a\nADD data.tgz /x/\n", 2, "local archive"},
-		{"run as user", "FROM a\nUSER app\nRUN whoami\n", 3, "RUN as USER app"},
+		{"empty user", "FROM a\nUSER ${U}\n", 2, "USER names no user"},
 		{"outside context", "FROM a\nCOPY ../x /x\n", 2, "outside the build context"},
 		{"heredoc", "FROM a\nRUN <<EOF\necho hi\nEOF\n", 2, "heredoc"},
 		{"multiple sources", "FROM a\nCOPY a.txt b.txt /m\n", 2, "must end with /"},

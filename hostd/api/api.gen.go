@@ -390,6 +390,24 @@ func (e TemplateBuildEventType) Valid() bool {
 	}
 }
 
+// Defines values for TemplateKernelSource.
+const (
+	TemplateKernelSourceDefault  TemplateKernelSource = "default"
+	TemplateKernelSourceTemplate TemplateKernelSource = "template"
+)
+
+// Valid indicates whether the value is a known member of the TemplateKernelSource enum.
+func (e TemplateKernelSource) Valid() bool {
+	switch e {
+	case TemplateKernelSourceDefault:
+		return true
+	case TemplateKernelSourceTemplate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WatchEventType.
 const (
 	WatchEventTypeCreate WatchEventType = "create"
@@ -549,6 +567,14 @@ type CreateSandboxRequest struct {
 	// Snapshot Start from this snapshot (its vcpus and memory win).
 	Snapshot string `json:"snapshot,omitempty"`
 
+	// Start With a template built from an image, start the image's
+	// Entrypoint and Cmd as the sandbox's main service: a background
+	// exec session (with the image's Env, WorkingDir and User) whose
+	// id the answer's main_exec_id gives; read it with attachExec.
+	// A template without a command is a 400, and a command that cannot
+	// start deletes the sandbox.
+	Start bool `json:"start,omitempty"`
+
 	// Template Start from this template (claims a warm sandbox when one is ready).
 	Template string `json:"template,omitempty"`
 
@@ -660,7 +686,7 @@ type ExecRequest struct {
 	// Cols Terminal columns with tty (0 = 80).
 	Cols int `json:"cols,omitempty"`
 
-	// Cwd Working directory (default /root).
+	// Cwd Working directory (default /root, or the user's home).
 	Cwd string `json:"cwd,omitempty"`
 
 	// Env Added to the sandbox's env for this command.
@@ -677,6 +703,16 @@ type ExecRequest struct {
 
 	// Tty Run on a pseudo-terminal (interactive; see the pty WebSocket).
 	Tty bool `json:"tty,omitempty"`
+
+	// User Run as this user instead of the sandbox's default (its template's
+	// image USER, else root): "root", a name or a uid, optionally with
+	// ":group" or ":gid", resolved from the guest's /etc/passwd and
+	// /etc/group (a uid they do not name runs with gid 0 and HOME /);
+	// an unknown name is a 400.
+	//
+	//
+	// Example: 1000:1000
+	User string `json:"user,omitempty"`
 }
 
 // ExecResult defines model for ExecResult.
@@ -1104,9 +1140,12 @@ type Sandbox struct {
 	ID    string `json:"id"`
 
 	// Limits The sandbox's resource limits and lifecycle options (0 = none).
-	Limits    *Limits           `json:"limits,omitempty"`
-	MemoryMiB int               `json:"memory_mib"`
-	Metadata  map[string]string `json:"metadata"`
+	Limits *Limits `json:"limits,omitempty"`
+
+	// MainExecID In the answer to a create with start, the main service's exec session.
+	MainExecID string            `json:"main_exec_id,omitempty"`
+	MemoryMiB  int               `json:"memory_mib"`
+	Metadata   map[string]string `json:"metadata"`
 
 	// SnapshotID The snapshot its disk overlays ("" for the base image).
 	SnapshotID string       `json:"snapshot_id,omitempty"`
@@ -1208,6 +1247,9 @@ type SnapshotRequest struct {
 
 	// StayPaused Leave the sandbox paused after the capture.
 	StayPaused bool `json:"stay_paused,omitempty"`
+
+	// User Default user of commands in sandboxes started from this snapshot ("root", a name or uid, optionally ":group"; "" keeps the sandbox's).
+	User string `json:"user,omitempty"`
 }
 
 // SnapshotRequestKind Recorded kind ("step" for template build steps).
@@ -1219,7 +1261,10 @@ type Template struct {
 
 	// Image The image a template was built from, and its config.
 	Image *TemplateImage `json:"image,omitempty"`
-	Name  string         `json:"name"`
+
+	// Kernel The guest kernel a template's sandboxes run.
+	Kernel *TemplateKernel `json:"kernel,omitempty"`
+	Name   string          `json:"name"`
 
 	// PoolReady Warm sandboxes ready now.
 	PoolReady  int    `json:"pool_ready"`
@@ -1255,6 +1300,27 @@ type TemplateImage struct {
 	User         *string            `json:"user,omitempty"`
 	WorkingDir   *string            `json:"working_dir,omitempty"`
 }
+
+// TemplateKernel The guest kernel a template's sandboxes run.
+type TemplateKernel struct {
+	// Digest sha256 of that file.
+	Digest string `json:"digest,omitempty"`
+
+	// Modules The modules it loads, in order.
+	Modules []string `json:"modules,omitempty"`
+
+	// ModulesDir Its modules directory ("" = hostd's initramfs modules).
+	ModulesDir string `json:"modules_dir,omitempty"`
+
+	// Path The kernel file it was built with.
+	Path string `json:"path,omitempty"`
+
+	// Source default (hostd's kernel) or template (its own, given at build).
+	Source TemplateKernelSource `json:"source"`
+}
+
+// TemplateKernelSource default (hostd's kernel) or template (its own, given at build).
+type TemplateKernelSource string
 
 // TemplateList defines model for TemplateList.
 type TemplateList struct {

@@ -69,7 +69,11 @@ func toExecRequest(req ExecRequest) (sandbox.ExecRequest, error) {
 			return sandbox.ExecRequest{}, err
 		}
 	}
-	out := sandbox.ExecRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, Tty: req.Tty, Rows: req.Rows, Cols: req.Cols, TimeoutS: req.TimeoutS}
+	if err := sandbox.CheckUser(req.User); err != nil {
+		return sandbox.ExecRequest{}, err
+	}
+	out := sandbox.ExecRequest{Cmd: req.Cmd, Env: req.Env, Cwd: req.Cwd, Tty: req.Tty, Rows: req.Rows, Cols: req.Cols, TimeoutS: req.TimeoutS,
+		User: req.User}
 	if req.Stdin != "" {
 		out.Stdin = []byte(req.Stdin)
 	}

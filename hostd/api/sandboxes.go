@@ -45,6 +45,10 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = errors.Join(checkEnv("env", req.Env), checkEnv("secret_env", req.SecretEnv), s.checkSecrets(r.Context(), req))
 	}
+	var mainCmd []string
+	if err == nil && req.Start {
+		mainCmd, err = s.mainCommand(r.Context(), req.Template)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -67,8 +71,15 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	out := toSandbox(info)
+	if mainCmd != nil {
+		if out.MainExecID, err = s.startMain(r.Context(), info.ID, mainCmd); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	w.Header().Set("Location", "/v1/sandboxes/"+info.ID)
-	writeJSON(w, http.StatusCreated, toSandbox(info))
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (s *server) ListSandboxes(w http.ResponseWriter, r *http.Request) {

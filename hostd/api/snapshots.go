@@ -29,7 +29,7 @@ func (s *server) SnapshotSandbox(w http.ResponseWriter, r *http.Request, id Sand
 		s.writeError(w, r, err)
 		return
 	}
-	sn, err := s.m.Snapshot(r.Context(), id, sandbox.SnapshotOptions{StayPaused: req.StayPaused, Kind: string(req.Kind), CacheKey: req.CacheKey, Env: req.Env, Cwd: req.Cwd})
+	sn, err := s.m.Snapshot(r.Context(), id, sandbox.SnapshotOptions{StayPaused: req.StayPaused, Kind: string(req.Kind), CacheKey: req.CacheKey, Env: req.Env, Cwd: req.Cwd, User: req.User})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

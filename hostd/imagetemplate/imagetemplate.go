@@ -126,7 +126,7 @@ func (b *Builder) Build(ctx context.Context, req Request, progress func(oci.Prog
 	}()
 	progress(oci.Progress{Phase: PhaseSnapshot})
 	sn, err := b.Sandboxes.Snapshot(ctx, sb.ID, sandbox.SnapshotOptions{Kind: "step", CacheKey: "image:" + base.Digest,
-		Env: base.Config.Env, Cwd: base.Config.WorkingDir})
+		Env: base.Config.Env, Cwd: base.Config.WorkingDir, User: base.Config.User})
 	if err != nil {
 		return Result{}, fmt.Errorf("snapshot: %w", err)
 	}

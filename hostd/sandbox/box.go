@@ -30,9 +30,10 @@ type box struct {
 	overlay    string
 	snapshotID string
 	disks      int
-	// cwd is the default working directory of commands (from a template).
-	cwd  string
-	gone chan struct{} // closed when the sandbox is deleted, paused or fails
+	// cwd is the default working directory of commands and user their
+	// default user (from a template; "" = root).
+	cwd, user string
+	gone      chan struct{} // closed when the sandbox is deleted, paused or fails
 	// why says why gone was closed (ErrDeleted, ErrPaused or a failure).
 	why  error
 	once sync.Once

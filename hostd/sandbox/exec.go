@@ -50,6 +50,9 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 			return nil, "", err
 		}
 	}
+	if err := CheckUser(req.User); err != nil {
+		return nil, "", err
+	}
 	if req.Rows < 0 || req.Cols < 0 || req.Rows > 0xffff || req.Cols > 0xffff {
 		return nil, "", fmt.Errorf("%w: bad terminal size %dx%d", ErrInvalid, req.Rows, req.Cols)
 	}
@@ -70,8 +73,12 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 	if cwd == "" {
 		cwd = b.cwd
 	}
+	user := req.User
+	if user == "" {
+		user = b.user
+	}
 	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil,
-		Tty: req.Tty, Rows: uint32(req.Rows), Cols: uint32(req.Cols)})
+		Tty: req.Tty, Rows: uint32(req.Rows), Cols: uint32(req.Cols), User: user})
 	if err != nil {
 		if errors.Is(err, agentclient.ErrStart) {
 			return nil, "", fmt.Errorf("%w: %v", ErrExecStart, err)

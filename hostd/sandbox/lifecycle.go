@@ -123,7 +123,7 @@ func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
 	if err := b.vm.Snapshot(ctx, dir); err != nil {
 		return err
 	}
-	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd})
+	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd, User: b.user})
 }
 
 // Resume restarts a paused sandbox from its saved state: same disk, same
@@ -152,7 +152,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 		return Info{}, err
 	}
 	b := m.newBox(ctx, rec)
-	b.overlay, b.snapshotID, b.cwd = v.Overlay, v.SnapshotID, v.Cwd
+	b.overlay, b.snapshotID, b.cwd, b.user = v.Overlay, v.SnapshotID, v.Cwd, v.User
 	b.disks = countOverlays(rec.Dir)
 	if err := m.nets.ensure(ctx, id); err != nil {
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)

@@ -299,7 +299,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 // adopt makes a booted box a running sandbox: records, TTL, watcher.
 func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, error) {
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
-	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay})
+	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user})
 	if err == nil {
 		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
 	}

@@ -44,6 +44,9 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	if err := CheckUser(opts.User); err != nil {
+		return SnapshotInfo{}, err
+	}
 	b.op.Lock()
 	defer b.op.Unlock()
 	c, err := b.client(ctx)
@@ -59,19 +62,22 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		env = map[string]string{}
 	}
 	maps.Copy(env, opts.Env)
-	cwd := b.cwd
+	cwd, user := b.cwd, b.user
 	if opts.Cwd != "" {
 		cwd = opts.Cwd
 	}
+	if opts.User != "" {
+		user = opts.User
+	}
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd}
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd, User: user}
 	sn, err := m.snaps.Capture(ctx, src, c, snapshot.Options{Kind: opts.Kind, CacheKey: opts.CacheKey, StayPaused: opts.StayPaused,
 		BeforePause: func(ctx context.Context) { m.rec.drainGuest(ctx, b) }})
 	if err != nil {
 		return SnapshotInfo{}, b.streamErr(fmt.Errorf("sandbox: %w", err))
 	}
 	b.overlay, b.snapshotID = src.Overlay, src.ParentID
-	if err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd}); err != nil {
+	if err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user}); err != nil {
 		return SnapshotInfo{}, err
 	}
 	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionSnapshot, SnapshotID: sn.ID, Reason: sn.Kind})
@@ -125,7 +131,7 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 		return nil, err
 	}
 	b := m.newBox(ctx, rec)
-	b.snapshotID, b.cwd = sn.ID, sn.Cwd
+	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
 	b.overlay = b.nextOverlay()
 	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
 		return nil, err

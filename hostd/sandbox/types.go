@@ -161,10 +161,12 @@ type SnapshotOptions struct {
 	Kind string
 	// CacheKey is recorded for template build steps.
 	CacheKey string
-	// Env is added to the env, and Cwd replaces the default working
-	// directory, of sandboxes started from the snapshot.
-	Env map[string]string
-	Cwd string
+	// Env is added to the env, Cwd replaces the default working
+	// directory and User the default user of execs ("root", a name or
+	// uid[:gid]), of sandboxes started from the snapshot.
+	Env  map[string]string
+	Cwd  string
+	User string
 }
 
 // SnapshotInfo describes a snapshot and its lineage.
@@ -191,12 +193,16 @@ type ExecRequest struct {
 	// Stdin, if set, is fed to the command and then closed.
 	Stdin []byte
 	// TimeoutS kills the command after that many seconds (0 = the
-	// sandbox's exec_timeout_s).
+	// sandbox's exec_timeout_s; negative = never, for hostd's own use).
 	TimeoutS int
 	// Tty runs the command on a pseudo-terminal of Rows x Cols (0: 24x80),
 	// its stdin open for WriteStdin; its output is all stdout.
 	Tty        bool
 	Rows, Cols int
+	// User runs the command as that user ("root", a name or uid[:gid],
+	// resolved in the guest) instead of the sandbox's default user (its
+	// template's, else root).
+	User string
 }
 
 // EventType names an exec output event.

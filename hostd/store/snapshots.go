@@ -19,14 +19,15 @@ type SandboxVM struct {
 	SnapshotID string
 	Overlay    string
 	PauseDir   string
-	// Cwd is the default working directory (from a template).
-	Cwd string
+	// Cwd is the default working directory and User the default user of
+	// execs (from a template).
+	Cwd, User string
 }
 
 // PutSandboxVM inserts or replaces a sandbox's VM state.
 func (s *Store) PutSandboxVM(ctx context.Context, v SandboxVM) error {
-	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO sandbox_vm (id, snapshot_id, overlay, pause_dir, cwd) VALUES (?, ?, ?, ?, ?)`,
-		v.ID, v.SnapshotID, v.Overlay, v.PauseDir, v.Cwd)
+	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO sandbox_vm (id, snapshot_id, overlay, pause_dir, cwd, exec_user) VALUES (?, ?, ?, ?, ?, ?)`,
+		v.ID, v.SnapshotID, v.Overlay, v.PauseDir, v.Cwd, v.User)
 	if err != nil {
 		return fmt.Errorf("store: put sandbox vm %s: %w", v.ID, err)
 	}
@@ -37,8 +38,8 @@ func (s *Store) PutSandboxVM(ctx context.Context, v SandboxVM) error {
 // none was stored).
 func (s *Store) GetSandboxVM(ctx context.Context, id string) (SandboxVM, error) {
 	v := SandboxVM{ID: id}
-	err := s.db.QueryRowContext(ctx, `SELECT snapshot_id, overlay, pause_dir, cwd FROM sandbox_vm WHERE id = ?`, id).
-		Scan(&v.SnapshotID, &v.Overlay, &v.PauseDir, &v.Cwd)
+	err := s.db.QueryRowContext(ctx, `SELECT snapshot_id, overlay, pause_dir, cwd, exec_user FROM sandbox_vm WHERE id = ?`, id).
+		Scan(&v.SnapshotID, &v.Overlay, &v.PauseDir, &v.Cwd, &v.User)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return v, fmt.Errorf("store: get sandbox vm %s: %w", id, err)
 	}
@@ -54,7 +55,7 @@ func (s *Store) DeleteSandboxVM(ctx context.Context, id string) error {
 // Snapshot is one row of the snapshots table: the snapshot engine's record.
 type Snapshot = snapshot.Record
 
-const snapshotColumns = `id, kind, sandbox_id, parent_id, dir, vcpus, memory_mib, env, cwd, backend, size_bytes, cache_key, created_at`
+const snapshotColumns = `id, kind, sandbox_id, parent_id, dir, vcpus, memory_mib, env, cwd, backend, size_bytes, cache_key, created_at, exec_user`
 
 // PutSnapshot inserts or replaces a snapshot.
 func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
@@ -62,9 +63,9 @@ func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = s.db.ExecContext(ctx, `INSERT OR REPLACE INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sn.ID, sn.Kind, sn.SandboxID, sn.ParentID, sn.Dir, sn.VCPUs, sn.MemoryMiB, env, sn.Cwd, sn.Backend,
-		sn.SizeBytes, sn.CacheKey, sn.CreatedAt.UnixNano())
+		sn.SizeBytes, sn.CacheKey, sn.CreatedAt.UnixNano(), sn.User)
 	if err != nil {
 		return fmt.Errorf("store: put snapshot %s: %w", sn.ID, err)
 	}
@@ -143,7 +144,7 @@ func scanSnapshot(sc scanner) (Snapshot, error) {
 		created int64
 	)
 	err := sc.Scan(&sn.ID, &sn.Kind, &sn.SandboxID, &sn.ParentID, &sn.Dir, &sn.VCPUs, &sn.MemoryMiB, &env,
-		&sn.Cwd, &sn.Backend, &sn.SizeBytes, &sn.CacheKey, &created)
+		&sn.Cwd, &sn.Backend, &sn.SizeBytes, &sn.CacheKey, &created, &sn.User)
 	if err != nil {
 		return sn, err
 	}

@@ -124,6 +124,9 @@ var migrations = []string{
 	eventsSchema,
 	// 6: the image a template was built from (templateimages.go).
 	templateImagesSchema,
+	// 7: the default user of execs, as an image's USER sets it.
+	`ALTER TABLE snapshots ADD COLUMN exec_user TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sandbox_vm ADD COLUMN exec_user TEXT NOT NULL DEFAULT '';`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -20,7 +20,8 @@ const maxStdin = 16 << 20
 // execFlags are exec's flags, shared with run.
 func execFlags(withEnv bool) []cli.Flag {
 	flags := []cli.Flag{
-		&cli.StringFlag{Name: "cwd", Usage: "working directory in the sandbox (default /root)"},
+		&cli.StringFlag{Name: "cwd", Usage: "working directory in the sandbox (default /root, or the user's home)"},
+		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run as `USER` (root, a name or uid, optionally :group; default: the template's image USER, else root)"},
 		&cli.BoolFlag{Name: "no-stdin", Aliases: []string{"n"}, Usage: "do not send stdin, even when it is not a terminal"},
 	}
 	if withEnv {
@@ -111,7 +112,7 @@ func execRequest(cmd *cli.Command, argv []string) (client.ExecRequest, error) {
 	if len(argv) == 0 {
 		return client.ExecRequest{}, errors.New("give a command to run")
 	}
-	req := client.ExecRequest{Cmd: argv, Cwd: cmd.String("cwd")}
+	req := client.ExecRequest{Cmd: argv, Cwd: cmd.String("cwd"), User: cmd.String("user")}
 	if cmd.Name == "exec" {
 		req.Env = cmd.StringMap("env")
 	}

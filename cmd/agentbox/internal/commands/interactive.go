@@ -23,7 +23,7 @@ func runInteractive(ctx context.Context, cmd *cli.Command, c *client.Client, id 
 	if len(argv) == 0 {
 		return errors.New("give a command to run")
 	}
-	req := client.ExecRequest{Cmd: argv, Cwd: cmd.String("cwd"), Env: cmd.StringMap("env"), Tty: cmd.Bool("tty")}
+	req := client.ExecRequest{Cmd: argv, Cwd: cmd.String("cwd"), Env: cmd.StringMap("env"), Tty: cmd.Bool("tty"), User: cmd.String("user")}
 	if req.Tty {
 		req.Rows, req.Cols = termSize(cmd)
 	}

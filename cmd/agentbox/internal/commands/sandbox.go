@@ -16,8 +16,9 @@ func createCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "create",
 		Usage:     "create a sandbox and print its id",
-		UsageText: "agentbox create [--vcpus N] [--memory MiB] [--env K=V]... [--metadata K=V]... [--timeout 30m] [--snapshot SNAP | --template NAME]",
-		Flags:     append(sandboxFlags(), startFlags()...),
+		UsageText: "agentbox create [--vcpus N] [--memory MiB] [--env K=V]... [--metadata K=V]... [--timeout 30m] [--snapshot SNAP | --template NAME [--start]]",
+		Flags: append(append(sandboxFlags(), startFlags()...),
+			&cli.BoolFlag{Name: "start", Usage: "run the template's image Entrypoint and Cmd as a background session (see agentbox ps, attach)"}),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			c, err := newClient(cmd)
 			if err != nil {
@@ -30,9 +31,13 @@ func createCommand() *cli.Command {
 			if err := setStart(cmd, &req); err != nil {
 				return err
 			}
+			req.Start = cmd.Bool("start")
 			sb, err := c.CreateSandbox(ctx, req)
 			if err != nil {
 				return err
+			}
+			if sb.MainExecID != "" && !cmd.Bool("json") {
+				fmt.Fprintf(stderr(cmd), "main service: exec %s\n", sb.MainExecID)
 			}
 			return printResult(cmd, sb, sb.ID)
 		},
