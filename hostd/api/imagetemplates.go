@@ -16,6 +16,8 @@ import (
 type ImageTemplates interface {
 	Build(ctx context.Context, req imagetemplate.Request, progress func(oci.Progress)) (imagetemplate.Result, error)
 	Image(ctx context.Context, name string) (store.TemplateImage, oci.Config, error)
+	// KernelOf is the own kernel of a template's snapshot (nil: hostd's).
+	KernelOf(ctx context.Context, snapshotID string) (*imagetemplate.Kernel, error)
 }
 
 // progressEvery bounds how often pull progress is streamed.
@@ -65,6 +67,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, req Creat
 	}
 	t := toTemplate(res.Template)
 	t.Image = toTemplateImage(res.Image, res.Config)
+	t.Kernel = toTemplateKernel(res.Kernel)
 	send(TemplateBuildEvent{Type: TemplateBuildEventTypeDone, Template: &t})
 }
 
@@ -85,13 +88,27 @@ func toTemplateImage(ti store.TemplateImage, c oci.Config) *TemplateImage {
 	return out
 }
 
-// withImage adds the image a template was built from, if any.
+// withImage adds the image a template was built from, if any, and its
+// kernel.
 func (s *server) withImage(ctx context.Context, t Template) Template {
+	t.Kernel = toTemplateKernel(nil)
 	if s.images == nil {
 		return t
 	}
 	if ti, cfg, err := s.images.Image(ctx, t.Name); err == nil {
 		t.Image = toTemplateImage(ti, cfg)
 	}
+	k, err := s.images.KernelOf(ctx, t.SnapshotID)
+	if err != nil {
+		s.log.Warn("template kernel", "template", t.Name, "err", err)
+	}
+	t.Kernel = toTemplateKernel(k)
 	return t
+}
+
+func toTemplateKernel(k *imagetemplate.Kernel) *TemplateKernel {
+	if k == nil {
+		return &TemplateKernel{Source: TemplateKernelSourceDefault}
+	}
+	return &TemplateKernel{Source: TemplateKernelSourceTemplate, Path: k.Path, Digest: k.Digest, ModulesDir: k.ModulesDir, Modules: k.Modules}
 }

@@ -122,7 +122,7 @@ func (s *server) CreateTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, toTemplate(t))
+	writeJSON(w, http.StatusCreated, s.withImage(r.Context(), toTemplate(t)))
 }
 
 func (s *server) ListTemplates(w http.ResponseWriter, r *http.Request) {

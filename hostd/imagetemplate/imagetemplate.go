@@ -38,6 +38,7 @@ type Sandboxes interface {
 type Store interface {
 	PutTemplateImage(ctx context.Context, ti store.TemplateImage) error
 	GetTemplateImage(ctx context.Context, name string) (store.TemplateImage, error)
+	TemplateImageOfSnapshot(ctx context.Context, snapshotID string) (store.TemplateImage, error)
 }
 
 // Secrets gives registry credentials by secret name (hostd/secrets).
@@ -80,6 +81,14 @@ type Result struct {
 	Template sandbox.TemplateInfo
 	Image    store.TemplateImage
 	Config   oci.Config
+	Kernel   *Kernel // nil: hostd's
+}
+
+// record is what a template image record's config holds: the image's
+// config and the template's own kernel, if any.
+type record struct {
+	oci.Config
+	Kernel *Kernel `json:"kernel,omitempty"`
 }
 
 // ErrInvalid marks a bad request (no name, a secret that is not user:password).
@@ -134,12 +143,12 @@ func (b *Builder) Build(ctx context.Context, req Request, progress func(oci.Prog
 	if err != nil {
 		return Result{}, err
 	}
-	cfg, _ := json.Marshal(base.Config)
+	cfg, _ := json.Marshal(record{Config: base.Config, Kernel: boot.info})
 	ti := store.TemplateImage{Name: req.Name, SnapshotID: sn.ID, Ref: req.Ref, Digest: base.Digest, Base: base.Path, Config: cfg}
 	if err := b.Store.PutTemplateImage(ctx, ti); err != nil {
 		return Result{}, errors.Join(err, b.Sandboxes.DeleteTemplate(context.WithoutCancel(ctx), req.Name))
 	}
-	return Result{Template: t, Image: ti, Config: base.Config}, nil
+	return Result{Template: t, Image: ti, Config: base.Config, Kernel: boot.info}, nil
 }
 
 // sourceFor adds the request's registry choices to hostd's.
@@ -192,7 +201,25 @@ func (b *Builder) Image(ctx context.Context, name string) (store.TemplateImage, 
 	if err != nil {
 		return ti, oci.Config{}, err
 	}
-	var cfg oci.Config
-	err = json.Unmarshal(ti.Config, &cfg)
-	return ti, cfg, err
+	var rec record
+	err = json.Unmarshal(ti.Config, &rec)
+	return ti, rec.Config, err
+}
+
+// KernelOf returns the own kernel of the template whose snapshot is
+// snapshotID (the kernel of the image template it descends from), or nil
+// for hostd's kernel.
+func (b *Builder) KernelOf(ctx context.Context, snapshotID string) (*Kernel, error) {
+	ti, err := b.Store.TemplateImageOfSnapshot(ctx, snapshotID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(ti.Config, &rec); err != nil {
+		return nil, fmt.Errorf("template image %s: %w", ti.Name, err)
+	}
+	return rec.Kernel, nil
 }

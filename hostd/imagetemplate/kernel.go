@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,9 +21,22 @@ import (
 // maxModules bounds a modules directory's modules.order.
 const maxModules = 4096
 
+// Kernel is a template's own kernel as its image record keeps it.
+type Kernel struct {
+	// Path is the kernel file the template was built with and Digest its
+	// sha256 ("sha256:…").
+	Path   string `json:"path"`
+	Digest string `json:"digest"`
+	// ModulesDir is its modules directory ("" = hostd's initramfs
+	// modules) and Modules the modules it lists, in load order.
+	ModulesDir string   `json:"modules_dir,omitempty"`
+	Modules    []string `json:"modules,omitempty"`
+}
+
 // bootAssets are the kernel and initramfs a build boots ("" for hostd's).
 type bootAssets struct {
 	kernel, initramfs string
+	info              *Kernel // nil for hostd's kernel
 	cleanup           func()
 }
 
@@ -45,7 +60,11 @@ func (b *Builder) kernelFor(req Request) (bootAssets, error) {
 	if err := checkKernel(kernel); err != nil {
 		return none, err
 	}
-	out := bootAssets{kernel: kernel, cleanup: func() {}}
+	digest, err := fileDigest(kernel)
+	if err != nil {
+		return none, fmt.Errorf("kernel: %w", err)
+	}
+	out := bootAssets{kernel: kernel, info: &Kernel{Path: kernel, Digest: digest}, cleanup: func() {}}
 	if req.Modules == "" {
 		return out, nil
 	}
@@ -53,9 +72,10 @@ func (b *Builder) kernelFor(req Request) (bootAssets, error) {
 	if err != nil {
 		return none, fmt.Errorf("%w: modules: %v", ErrInvalid, err)
 	}
-	if out.initramfs, err = b.initramfsWith(dir); err != nil {
+	if out.initramfs, out.info.Modules, err = b.initramfsWith(dir); err != nil {
 		return none, err
 	}
+	out.info.ModulesDir = dir
 	out.cleanup = func() { _ = os.Remove(out.initramfs) }
 	return out, nil
 }
@@ -77,29 +97,44 @@ func checkKernel(p string) error {
 	return fmt.Errorf("%w: kernel %s is not a kernel (neither an ELF vmlinux nor a bzImage)", ErrInvalid, p)
 }
 
-// initramfsWith writes hostd's initramfs with dir's modules appended.
-func (b *Builder) initramfsWith(dir string) (string, error) {
+// initramfsWith writes hostd's initramfs with dir's modules appended and
+// returns it and the modules' names.
+func (b *Builder) initramfsWith(dir string) (string, []string, error) {
 	names, err := moduleOrder(dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if b.Initramfs == "" {
-		return "", fmt.Errorf("%w: this hostd boots without an initramfs, so it takes no modules directory", ErrInvalid)
+		return "", nil, fmt.Errorf("%w: this hostd boots without an initramfs, so it takes no modules directory", ErrInvalid)
 	}
 	if err := os.MkdirAll(b.KernelDir, 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	f, err := os.CreateTemp(b.KernelDir, "initramfs-*.cpio.gz")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	err = writeInitramfs(f, b.Initramfs, dir, names)
 	err = errors.Join(err, f.Chmod(0o644), f.Close())
 	if err != nil {
 		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("initramfs with modules %s: %w", dir, err)
+		return "", nil, fmt.Errorf("initramfs with modules %s: %w", dir, err)
 	}
-	return f.Name(), nil
+	return f.Name(), names, nil
+}
+
+// fileDigest is "sha256:" and the hex sha256 of file p.
+func fileDigest(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // moduleOrder reads dir/modules.order: plain names of files in dir.

@@ -210,3 +210,35 @@ func TestTemplateImage(t *testing.T) {
 		t.Fatalf("after the template moved: %v, want ErrNotFound", err)
 	}
 }
+
+func TestTemplateImageOfSnapshot(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// sn-img (the image template's) <- sn-a <- sn-b; sn-x has no image.
+	for _, sn := range []Snapshot{{ID: "sn-img"}, {ID: "sn-a", ParentID: "sn-img"}, {ID: "sn-b", ParentID: "sn-a", User: "app"}, {ID: "sn-x"}} {
+		sn.Kind, sn.Dir, sn.Backend, sn.CreatedAt = "step", "/d/"+sn.ID, "qemu", time.Now()
+		if err := s.PutSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.GetSnapshot(ctx, "sn-b"); err != nil || got.User != "app" {
+		t.Fatalf("snapshot user: got %q, %v", got.User, err)
+	}
+	if err := s.PutTemplateImage(ctx, TemplateImage{Name: "img", SnapshotID: "sn-img", Ref: "r", Digest: "d", Base: "/b"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sn-img", "sn-a", "sn-b"} {
+		if ti, err := s.TemplateImageOfSnapshot(ctx, id); err != nil || ti.Name != "img" {
+			t.Errorf("%s: got %+v, %v, want image img", id, ti, err)
+		}
+	}
+	for _, id := range []string{"sn-x", "sn-none"} {
+		if _, err := s.TemplateImageOfSnapshot(ctx, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: got %v, want ErrNotFound", id, err)
+		}
+	}
+}

@@ -55,3 +55,26 @@ func (s *Store) GetTemplateImage(ctx context.Context, name string) (TemplateImag
 	ti.Config = json.RawMessage(cfg)
 	return ti, err
 }
+
+// maxLineage bounds the snapshot chain TemplateImageOfSnapshot walks.
+const maxLineage = 1024
+
+// TemplateImageOfSnapshot returns the image record of snapshot id or of its
+// nearest ancestor that has one (a template built on an image template
+// runs that template's kernel), or an error wrapping ErrNotFound.
+func (s *Store) TemplateImageOfSnapshot(ctx context.Context, id string) (TemplateImage, error) {
+	var ti TemplateImage
+	var cfg string
+	err := s.db.QueryRowContext(ctx, `WITH RECURSIVE lineage(id, depth) AS (
+			SELECT ?, 0
+			UNION ALL SELECT s.parent_id, l.depth + 1 FROM snapshots s JOIN lineage l ON s.id = l.id
+				WHERE s.parent_id != '' AND l.depth < ?)
+		SELECT i.name, i.snapshot_id, i.ref, i.digest, i.base, i.config FROM template_images i
+			JOIN lineage l ON i.snapshot_id = l.id ORDER BY l.depth LIMIT 1`, id, maxLineage).
+		Scan(&ti.Name, &ti.SnapshotID, &ti.Ref, &ti.Digest, &ti.Base, &cfg)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ti, fmt.Errorf("store: template image of snapshot %s: %w", id, ErrNotFound)
+	}
+	ti.Config = json.RawMessage(cfg)
+	return ti, err
+}

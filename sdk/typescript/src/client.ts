@@ -53,6 +53,7 @@ function argv(cmd: Command): string[] {
 function execBody(cmd: Command, o: RunOptions = {}): Record<string, unknown> {
   const b: Record<string, unknown> = { cmd: argv(cmd) };
   if (o.cwd) b.cwd = o.cwd;
+  if (o.user) b.user = o.user;
   if (o.env) b.env = o.env;
   if (o.stdin !== undefined) b.stdin = o.stdin;
   if (o.timeout) b.timeout_s = Math.max(1, Math.ceil(o.timeout));

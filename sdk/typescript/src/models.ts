@@ -43,7 +43,22 @@ export interface SnapshotInfo {
 }
 
 /** A named snapshot with a warm pool. */
-export interface Template { name: string; snapshot_id: string; pool_size: number; pool_ready: number; created_at: string }
+export interface Template {
+  name: string; snapshot_id: string; pool_size: number; pool_ready: number; created_at: string;
+  /** The image it was built from and its config, if any. */
+  image?: TemplateImage;
+  /** Its guest kernel: hostd's ("default") or its own. */
+  kernel?: TemplateKernel;
+}
+
+/** The image a template was built from, and its config. */
+export interface TemplateImage {
+  ref: string; digest: string; env?: Record<string, string>; working_dir?: string; user?: string;
+  entrypoint?: string[]; cmd?: string[]; exposed_ports?: string[];
+}
+
+/** The guest kernel a template's sandboxes run. */
+export interface TemplateKernel { source: "default" | "template"; path?: string; digest?: string; modules_dir?: string; modules?: string[] }
 
 /** A stored secret's name. */
 export interface Secret { name: string; created_at: string }
@@ -88,6 +103,8 @@ export interface CreateOptions {
 /** Options of `sb.run`. */
 export interface RunOptions {
   cwd?: string; env?: Record<string, string>; stdin?: string;
+  /** Run as this user ("root", a name or uid, optionally ":group") instead of the template's default. */
+  user?: string;
   /** Kill the command after this many seconds. */
   timeout?: number;
   onStdout?: (text: string) => void; onStderr?: (text: string) => void;

@@ -18,7 +18,7 @@ func templateCommand() *cli.Command {
 	return noun(&cli.Command{
 		Name:     "template",
 		Usage:    "build, list and delete templates (named snapshots with a warm pool)",
-		Commands: []*cli.Command{templateBuildCommand(), templateLsCommand(), templateRmCommand()},
+		Commands: []*cli.Command{templateBuildCommand(), templateLsCommand(), templateShowCommand(), templateRmCommand()},
 	})
 }
 
@@ -121,10 +121,15 @@ func templateLsCommand() *cli.Command {
 
 func printTemplates(w io.Writer, list []client.Template, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSNAPSHOT\tPOOL\tAGE")
+	fmt.Fprintln(tw, "NAME\tSNAPSHOT\tPOOL\tAGE\tIMAGE\tPORTS\tKERNEL")
 	for _, t := range list {
 		age := now.Sub(t.CreatedAt).Truncate(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\n", t.Name, t.SnapshotID, t.PoolReady, t.PoolSize, age)
+		img := "-"
+		if t.Image != nil {
+			img = t.Image.Ref
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.Name, t.SnapshotID, t.PoolReady, t.PoolSize, age,
+			img, templatePorts(t), templateKernel(t))
 	}
 	return tw.Flush()
 }

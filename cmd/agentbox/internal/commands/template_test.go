@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -109,8 +110,12 @@ func TestTemplateLsRm(t *testing.T) {
 		t.Fatalf("build: %+v", got)
 	}
 	got := runHost(t, h, "template", "ls")
-	if !strings.HasPrefix(got.stdout, "NAME") || !strings.Contains(got.stdout, "app") {
+	if !strings.HasPrefix(got.stdout, "NAME") || !strings.Contains(got.stdout, "app") || !strings.Contains(got.stdout, "KERNEL") {
 		t.Errorf("ls: got %q", got.stdout)
+	}
+	got = runHost(t, h, "template", "show", "app")
+	if !strings.Contains(got.stdout, "name:") || !regexp.MustCompile(`kernel:\s+default`).MatchString(got.stdout) {
+		t.Errorf("show: got %+v, want the template with the default kernel", got)
 	}
 	var list client.TemplateList
 	got = runHost(t, h, "--json", "template", "ls")

@@ -85,11 +85,14 @@ def exec_body(
     env: Optional[Mapping[str, str]],
     stdin: Union[str, bytes, None],
     timeout: Optional[float],
+    user: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The JSON body of ``POST /v1/sandboxes/{id}/exec``."""
     body: Dict[str, Any] = {"cmd": argv(cmd)}
     if cwd:
         body["cwd"] = cwd
+    if user:
+        body["user"] = user
     if env:
         body["env"] = dict(env)
     if stdin is not None:

@@ -159,6 +159,12 @@ class Template:
     pool_size: int
     pool_ready: int
     created_at: str
+    #: The image it was built from and its config (ref, digest, env,
+    #: working_dir, user, entrypoint, cmd, exposed_ports), if any.
+    image: Optional[Dict[str, Any]] = None
+    #: Its guest kernel: ``{"source": "default"}`` or its own (path,
+    #: digest, modules_dir, modules).
+    kernel: Optional[Dict[str, Any]] = None
 
 
 @dataclass

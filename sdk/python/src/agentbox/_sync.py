@@ -235,6 +235,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         stdin: Union[str, bytes, None] = None,
         timeout: Optional[float] = None,
+        user: Optional[str] = None,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
         background: bool = False,
@@ -242,9 +243,11 @@ class Sandbox:
         """Run ``cmd`` (a ``str`` under ``sh -c``, or an argv list) and return
         an :class:`ExecResult` once it exits; a non-zero exit is not an error
         (see ``result.ok``). ``on_stdout``/``on_stderr`` get output text as it
-        arrives. ``timeout`` kills it after that many seconds. With
+        arrives. ``timeout`` kills it after that many seconds. ``user`` runs it
+        as that user ("root", a name or uid, optionally ":group") instead of
+        the template's default. With
         ``background=True`` it returns an :class:`ExecHandle` at once."""
-        body = _core.exec_body(cmd, cwd, env, stdin, timeout)
+        body = _core.exec_body(cmd, cwd, env, stdin, timeout, user)
         if background:
             body["background"] = True
             d = self._c._json("POST", self._p("/exec"), json=body, expect=(202,))
