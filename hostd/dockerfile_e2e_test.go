@@ -22,9 +22,11 @@ import (
 )
 
 // TestDockerfileBuild builds a Dockerfile FROM a busybox image (served by
-// a registry on loopback) with ENV, WORKDIR, COPY (with a .dockerignore)
-// and RUN, starts a sandbox from it, then rebuilds after changing the last
-// RUN line: the image template and every earlier line are reused.
+// a registry on loopback) with ENV, WORKDIR, COPY (with a .dockerignore),
+// RUN and USER (root over the image's numeric USER for the first lines,
+// then a user the Dockerfile adds), starts a sandbox from it, then
+// rebuilds after changing the last RUN line: the image template and every
+// earlier line are reused.
 func TestDockerfileBuild(t *testing.T) {
 	ref, _ := serveImage(t, "busybox-tools:1", busyboxToolsImage(t))
 	c, _ := startHostd(t)
@@ -41,10 +43,11 @@ func TestDockerfileBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	const addUser = `RUN echo "app:x:1234:1234:app:/srv/app:/bin/sh" >> /etc/passwd && echo "app:x:1234:" >> /etc/group`
 	df := func(last string) string {
 		p := filepath.Join(dir, "Dockerfile")
-		src := "FROM " + ref + "\nENV MODE=test\nWORKDIR /srv/app\nCOPY app/ ./\n" +
-			"RUN echo \"built in $(pwd) mode $MODE\" > built.txt\nCMD [\"sh\"]\n" + last + "\n"
+		src := "FROM " + ref + "\nUSER root\nENV MODE=test\n" + addUser + "\nWORKDIR /srv/app\nCOPY app/ ./\n" +
+			"RUN echo \"built in $(pwd) mode $MODE\" > built.txt && chmod 777 .\nUSER app\nCMD [\"sh\"]\n" + last + "\n"
 		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -76,6 +79,12 @@ func TestDockerfileBuild(t *testing.T) {
 		if res := mustExec(t, c, sb.ID, "cat", dockerfile.ConfigFile); !strings.Contains(res.Stdout, `"sh"`) {
 			t.Errorf("recorded config: %q", res.Stdout)
 		}
+		if res := mustExec(t, c, sb.ID, "sh", "-c", "id -u; id -un"); res.Stdout != "1234\napp\n" {
+			t.Errorf("USER app: execs run as %q, want app (1234)", res.Stdout)
+		}
+		if res := execAs(t, c, sb.ID, "root", "id", "-u"); res.Stdout != "0\n" {
+			t.Errorf("user root over USER app: %q", res.Stdout)
+		}
 	}
 
 	out := build(df("RUN echo one > last.txt"))
@@ -94,7 +103,8 @@ func TestDockerfileBuild(t *testing.T) {
 			ran = append(ran, rest)
 		}
 	}
-	wantCached := []string{"ENV MODE=test", "WORKDIR /srv/app", "COPY app/ ./", `RUN echo "built in $(pwd) mode $MODE" > built.txt`}
+	wantCached := []string{"USER root", "ENV MODE=test", addUser, "WORKDIR /srv/app", "COPY app/ ./",
+		`RUN echo "built in $(pwd) mode $MODE" > built.txt && chmod 777 .`, "USER app"}
 	if strings.Join(cached, "\n") != strings.Join(wantCached, "\n") || len(ran) != 2 || ran[0] != "RUN echo two > last.txt" {
 		t.Errorf("rebuild: reused %q and ran %q, want %q reused and the last RUN (and the config record) run", cached, ran, wantCached)
 	}

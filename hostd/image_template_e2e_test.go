@@ -50,7 +50,8 @@ func serveImage(t *testing.T, repoTag string, img v1.Image) (ref, host string) {
 }
 
 // busyboxImage is an image of Debian's static busybox alone: no libc, no
-// shell but busybox's, no /etc.
+// shell but busybox's, no /etc. Its USER is numeric (no /etc/passwd names
+// it) and its Entrypoint and Cmd, its main service, write a file and wait.
 func busyboxImage(t *testing.T) v1.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
@@ -62,7 +63,7 @@ func busyboxImage(t *testing.T) v1.Image {
 	mtime := time.Unix(1700000000, 0)
 	hdrs := []*tar.Header{{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "work/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}}
-	for _, app := range []string{"sh", "echo", "cat", "ls", "pwd", "id"} {
+	for _, app := range []string{"sh", "echo", "cat", "ls", "pwd", "id", "sleep"} {
 		hdrs = append(hdrs, &tar.Header{Name: "bin/" + app, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
 	}
 	for _, h := range hdrs {
@@ -85,7 +86,8 @@ func busyboxImage(t *testing.T) v1.Image {
 	}
 	cf, _ := img.ConfigFile()
 	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config = v1.Config{Env: []string{"PATH=/bin", "GREETING=from-image"}, WorkingDir: "/work", Cmd: []string{"sh"},
+	cf.Config = v1.Config{Env: []string{"PATH=/bin", "GREETING=from-image"}, WorkingDir: "/work", User: "1000",
+		Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{`echo "main $(id -u) $(pwd) $GREETING" > /tmp/main.txt; echo started; exec sleep 3600`},
 		ExposedPorts: map[string]struct{}{"8080/tcp": {}}}
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
@@ -126,8 +128,12 @@ func TestImageTemplate(t *testing.T) {
 		t.Fatalf("build: %v", err)
 	}
 	t.Logf("template from image built in %v (phases %v)", time.Since(start).Round(time.Millisecond), phases)
-	if tpl.Image == nil || !strings.HasPrefix(tpl.Image.Digest, "sha256:") || tpl.Image.ExposedPorts == nil || (*tpl.Image.ExposedPorts)[0] != "8080/tcp" {
+	if tpl.Image == nil || !strings.HasPrefix(tpl.Image.Digest, "sha256:") || tpl.Image.ExposedPorts == nil || (*tpl.Image.ExposedPorts)[0] != "8080/tcp" ||
+		tpl.Image.User == nil || *tpl.Image.User != "1000" || tpl.Image.Cmd == nil {
 		t.Errorf("template image: %+v", tpl.Image)
+	}
+	if tpl.Kernel == nil || tpl.Kernel.Source != client.TemplateKernelSourceDefault {
+		t.Errorf("template kernel: %+v, want default", tpl.Kernel)
 	}
 	if got, _ := filepath.Glob(filepath.Join(data, "images", "*.qcow2")); len(got) != 1 {
 		t.Errorf("cached bases: %v, want one", got)
@@ -142,8 +148,17 @@ func TestImageTemplate(t *testing.T) {
 	if r := mustExec(t, c, sb.ID, "echo", "hi"); r.Stdout != "hi\n" || r.ExitCode != 0 {
 		t.Errorf("echo: %+v", r)
 	}
-	if r := mustExec(t, c, sb.ID, "sh", "-c", "echo $GREETING; pwd"); r.Stdout != "from-image\n/work\n" {
-		t.Errorf("the image's env and working dir: %q", r.Stdout)
+	if r := mustExec(t, c, sb.ID, "sh", "-c", "echo $GREETING; pwd; id -u; id -g; echo $HOME"); r.Stdout != "from-image\n/work\n1000\n0\n/\n" {
+		t.Errorf("the image's env, working dir and numeric USER: %q", r.Stdout)
+	}
+	if r := execAs(t, c, sb.ID, "root", "sh", "-c", "id -u; echo $HOME"); r.Stdout != "0\n/root\n" {
+		t.Errorf("user root overriding the image's USER: %q", r.Stdout)
+	}
+	if r := execAs(t, c, sb.ID, "2000:3000", "id"); !strings.HasPrefix(r.Stdout, "uid=2000 gid=3000") {
+		t.Errorf("user 2000:3000: %q", r.Stdout)
+	}
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"id"}, User: "nobody-here"}); !errors.As(err, &ae) || ae.Status/100 != 4 {
+		t.Errorf("a user the image does not name: %v, want a 4xx", err)
 	}
 	if err := c.WriteFile(ctx, sb.ID, "/work/note.txt", 0o644, strings.NewReader("written through the API\n")); err != nil {
 		t.Fatal(err)
@@ -159,7 +174,68 @@ func TestImageTemplate(t *testing.T) {
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	checkMainService(t, c, "bb")
 	if _, err := c.Health(ctx); err != nil {
 		t.Errorf("hostd unhealthy: %v", err)
+	}
+}
+
+// execAs runs argv in sandbox id as user.
+func execAs(t *testing.T, c *client.Client, id, user string, argv ...string) client.ExecResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: argv, User: user})
+	if err != nil {
+		t.Fatalf("exec %v as %s: %v", argv, user, err)
+	}
+	return r
+}
+
+// checkMainService starts a sandbox of template tpl (busyboxImage's) with
+// start: its Entrypoint and Cmd run as a background session, as the
+// image's USER in its working dir with its env, and stay readable.
+func checkMainService(t *testing.T, c *client.Client, tpl string) {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tpl, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSandbox(ctx, sb.ID)
+	if sb.MainExecID == "" {
+		t.Fatal("create with start: no main_exec_id")
+	}
+	var got bytes.Buffer
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got.Reset()
+		if err := c.ReadFile(ctx, sb.ID, "/tmp/main.txt", &got); err == nil && strings.HasSuffix(got.String(), "\n") {
+			break
+		}
+	}
+	if got.String() != "main 1000 /work from-image\n" {
+		t.Errorf("the main service wrote %q, want it run as 1000 in /work with the image's env", got.String())
+	}
+	list, err := c.ListExecs(ctx, sb.ID)
+	if err != nil || len(list) == 0 || list[0].ExecID != sb.MainExecID || !list[0].Running {
+		t.Errorf("sessions: %+v, %v, want the main service running", list, err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out strings.Builder
+	err = c.Attach(actx, sb.ID, sb.MainExecID, 0, func(ev client.Event) error {
+		out.Write(ev.Data)
+		if strings.Contains(out.String(), "started\n") {
+			cancel()
+		}
+		return nil
+	})
+	if !strings.Contains(out.String(), "started\n") {
+		t.Errorf("attach to the main service: %q, %v", out.String(), err)
+	}
+	_, err = c.CreateSandbox(ctx, client.CreateSandboxRequest{Start: true})
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 {
+		t.Errorf("start without a template: %v, want 400", err)
 	}
 }

@@ -57,6 +57,36 @@ func TestTemplateKernel(t *testing.T) {
 	if res := mustExec(t, c, sb.ID, "echo", "hi"); res.Stdout != "hi\n" {
 		t.Errorf("echo in a sandbox of the template: %+v", res)
 	}
+	// The kernel is shown, for the template and for one made of a
+	// snapshot of its sandbox (which runs the same kernel).
+	checkKernel := func(name string, k *client.TemplateKernel) {
+		t.Helper()
+		if k == nil || k.Source != client.TemplateKernelSourceTemplate || filepath.Base(k.Path) != filepath.Base(kernel) ||
+			!strings.HasPrefix(k.Digest, "sha256:") || k.ModulesDir == "" || len(k.Modules) == 0 {
+			t.Errorf("template %s kernel: %+v, want %s and its modules", name, k, kernel)
+		}
+	}
+	checkKernel("own-kernel (built)", tpl.Kernel)
+	sn, err := c.Snapshot(ctx, sb.ID, client.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTemplate(ctx, client.CreateTemplateRequest{Name: "derived", SnapshotID: sn.ID}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListTemplates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lt := range list {
+		checkKernel(lt.Name, lt.Kernel)
+	}
+	if len(list) != 2 {
+		t.Errorf("templates: %d, want own-kernel and derived", len(list))
+	}
+	if err := c.DeleteTemplate(ctx, "derived"); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
