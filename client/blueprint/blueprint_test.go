@@ -25,11 +25,13 @@ steps:
   - copy: {src: ./app, dest: /opt/app}
   - env: {FOO: bar, N: 1}
   - workdir: /opt/app
+  - user: app:staff
 `, Blueprint{Base: "debian-bookworm", VCPUs: 2, MemoryMiB: 1024, Steps: []Step{
 			{Run: "apt-get install -y jq"},
 			{Copy: &Copy{Src: "./app", Dest: "/opt/app"}},
 			{Env: map[string]string{"FOO": "bar", "N": "1"}},
 			{Workdir: "/opt/app"},
+			{User: "app:staff"},
 		}}},
 		{"template", "template: py\nsteps:\n  - run: |\n      a\n      b\n", Blueprint{Template: "py", Steps: []Step{{Run: "a\nb\n"}}}},
 	}
@@ -67,6 +69,8 @@ func TestParseErrors(t *testing.T) {
 		{"empty run", base + "steps:\n  - run: ''\n", 1, "non-empty string"},
 		{"run list", base + "steps:\n  - run: [a, b]\n", 1, "non-empty string"},
 		{"relative workdir", base + "steps:\n  - workdir: app\n", 1, "absolute"},
+		{"user with spaces", base + "steps:\n  - user: a b\n", 1, "not root, a name or uid"},
+		{"user with two colons", base + "steps:\n  - user: a:b:c\n", 1, "not root, a name or uid"},
 		{"relative dest", base + "steps:\n  - copy: {src: a, dest: opt}\n", 1, "absolute"},
 		{"no src", base + "steps:\n  - copy: {dest: /opt}\n", 1, "src is empty"},
 		{"copy typo", base + "steps:\n  - copy: {src: a, dst: /opt}\n", 1, `unknown key "dst"`},
@@ -118,6 +122,7 @@ func TestStepString(t *testing.T) {
 		{Step{Copy: &Copy{Src: "./app", Dest: "/opt/app"}}, "COPY ./app /opt/app"},
 		{Step{Env: map[string]string{"B": "2", "A": "1"}}, "ENV A=1 B=2"},
 		{Step{Workdir: "/opt"}, "WORKDIR /opt"},
+		{Step{User: "1000:1000"}, "USER 1000:1000"},
 		{Step{Run: "a", Workdir: "/b"}, "INVALID"},
 	}
 	for _, tc := range tests {
