@@ -114,6 +114,9 @@ func (b *builder) runStep(ctx context.Context, id string, argv []string, runEnv 
 // exec runs one of the build's own commands, collected, and fails unless
 // it exits 0.
 func (b *builder) exec(ctx context.Context, id string, req client.ExecRequest) error {
+	// The build's own commands (profile, workdir, chmod) run as root
+	// whatever the origin's or a user step's user (copies are root's too).
+	req.User = "root"
 	res, err := b.c.Exec(ctx, id, req)
 	if err != nil {
 		return err
