@@ -45,8 +45,8 @@ func resolveUser(spec, etc string) (execUser, error) {
 	defer group.close()
 	u, err := user.GetExecUser(spec, &user.ExecUser{Home: "/"}, passwd.reader(), group.reader())
 	if err != nil {
-		if name, _, _ := strings.Cut(spec, ":"); name == "root" && !strings.Contains(spec, ":") {
-			return root, nil // an image without /etc/passwd still has root
+		if spec == "root" {
+			return root, nil // an image whose /etc/passwd lacks root still has it
 		}
 		return execUser{}, fmt.Errorf("%w: user %q: %v", errBadArgs, truncate(spec, 64), err)
 	}
