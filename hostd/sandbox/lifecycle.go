@@ -96,6 +96,8 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	}
 	b.settle()
 	b.removeCgroup()
+	_ = os.Remove(filepath.Join(b.dir, vmStateFile))
+	m.nets.dropReattached(id)
 	if err := m.setState(ctx, id, StatePaused, "", 0); err != nil {
 		return Info{}, err
 	}

@@ -300,6 +300,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, error) {
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
 	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay})
+	if err == nil { // the VMM's identity, as the VM has it (adopt.go)
+		err = writeVMState(b.dir, vmState{Backend: m.opts.Driver.Name(), Process: b.vm.Process()})
+	}
 	if err == nil {
 		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
 	}
@@ -437,6 +440,7 @@ func (m *Manager) stopBox(b *box, why error) {
 	}
 	b.settle()
 	b.removeCgroup()
+	_ = os.Remove(filepath.Join(b.dir, vmStateFile))
 	m.nets.detach(b.id)
 }
 
