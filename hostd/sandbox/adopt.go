@@ -142,7 +142,7 @@ type netReattacher interface {
 // running sandbox (TTL from its creation, idle detection, meters, the
 // flight recorder, the console cap) and its mounts. On error the VMM runs
 // on; the caller stops it.
-func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process, wake bool) error {
+func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process) error {
 	v, err := m.opts.Store.GetSandboxVM(ctx, rec.ID)
 	if err != nil {
 		return err
@@ -164,11 +164,11 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process,
 		return err
 	}
 	b.vm = vm
-	if wake {
-		if err := vm.Resume(ctx); err != nil {
-			_ = vm.Release()
-			return err
-		}
+	// The vCPUs may be stopped: hostd died mid-snapshot or mid-pause.
+	// Resuming a running VM changes nothing.
+	if err := vm.Resume(ctx); err != nil {
+		_ = vm.Release()
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
 	defer cancel()

@@ -94,7 +94,8 @@ func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
 	}
 	why := fmt.Sprintf("hostd restarted; the vm (pid %d) is gone", p.PID)
 	if alive {
-		err := m.readoptRunning(ctx, r, p, st != StateRunning)
+		r.State = string(StateRunning)
+		err := m.readopt(ctx, r, p)
 		if err == nil {
 			return nil
 		}
@@ -108,13 +109,6 @@ func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
 	log.Warn("sandbox lost its vm when hostd stopped", "vm_pid", p.PID)
 	_ = os.Remove(filepath.Join(r.Dir, vmStateFile))
 	return m.setState(ctx, r.ID, StateFailed, why, 0)
-}
-
-// readoptRunning re-adopts r's VMM p; wake resumes its vCPUs first (a
-// sandbox caught pausing or resuming may have them stopped).
-func (m *Manager) readoptRunning(ctx context.Context, r store.Sandbox, p vmm.Process, wake bool) error {
-	r.State = string(StateRunning)
-	return m.readopt(ctx, r, p, wake)
 }
 
 // recoverPaused reports whether sandbox r, found pausing or resuming, has a
