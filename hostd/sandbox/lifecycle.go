@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
-	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/vmm"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/agentbox/agentbox/disk"
 	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/recorder"
-	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
 )
