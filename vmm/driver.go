@@ -203,3 +203,11 @@ type DiskSwitcher interface {
 	// returns ErrNotRunning.
 	SwitchDisk(ctx context.Context, index int, overlay string) error
 }
+
+// DiskReporter is the optional disk query of a VM: which file the guest's
+// disk index (0 = the root disk) is on now, after any SwitchDisk. A hostd
+// that re-adopts a VM asks it, since it may have died between a switch and
+// recording it.
+type DiskReporter interface {
+	DiskPath(ctx context.Context, index int) (string, error)
+}

@@ -137,8 +137,8 @@ type netReattacher interface {
 }
 
 // readopt makes running sandbox rec, whose VMM p outlived the previous
-// hostd, live again: its cgroup, its network's proxy listeners, the VMM
-// (Driver.Adopt: QMP and the agent channel), then what adopt arms for every
+// hostd, live again: its cgroup, the VMM (Driver.Adopt: QMP, then the
+// agent channel), its network's proxy listeners, then what adopt arms for every
 // running sandbox (TTL from its creation, idle detection, meters, the
 // flight recorder, the console cap) and its mounts. On error the VMM runs
 // on; the caller stops it.
@@ -146,6 +146,11 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	v, err := m.opts.Store.GetSandboxVM(ctx, rec.ID)
 	if err != nil {
 		return err
+	}
+	if v.PauseDir == "" {
+		// A resume that the previous hostd did not finish: the guest runs
+		// from the saved state, which is of no more use.
+		_ = os.RemoveAll(filepath.Join(rec.Dir, "paused"))
 	}
 	b := m.newBox(ctx, rec)
 	b.overlay, b.snapshotID, b.cwd = v.Overlay, v.SnapshotID, v.Cwd
@@ -155,15 +160,26 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 			return err
 		}
 	}
-	if err := m.nets.reattach(ctx, rec.ID); err != nil {
-		return err
-	}
 	cfg := m.vmConfig(rec, v.Overlay)
 	vm, err := m.opts.Driver.Adopt(ctx, cfg, p)
 	if err != nil {
 		return err
 	}
 	b.vm = vm
+	// After the VMM: a dead VMM took its tap, and the namespace's address,
+	// with it.
+	if err := m.nets.reattach(ctx, rec.ID); err != nil {
+		_ = vm.Release()
+		return err
+	}
+	if dr, ok := vm.(vmm.DiskReporter); ok {
+		// hostd may have died between a snapshot's disk switch and
+		// recording it: the VM knows which overlay it writes.
+		if cur, err := dr.DiskPath(ctx, 0); err == nil && cur != b.overlay && filepath.Dir(cur) == rec.Dir {
+			m.log.Warn("the vm writes another overlay than recorded; following it", "sandbox_id", rec.ID, "overlay", cur, "recorded", b.overlay)
+			b.overlay = cur
+		}
+	}
 	// The vCPUs may be stopped: hostd died mid-snapshot or mid-pause.
 	// Resuming a running VM changes nothing.
 	if err := vm.Resume(ctx); err != nil {
@@ -269,5 +285,6 @@ func (m *Manager) Release(ctx context.Context) error {
 }
 
 // ErrHostdStopped ends the calls of a sandbox that hostd left running when
-// it stopped.
-var ErrHostdStopped = errors.New("sandbox: hostd stopped; the sandbox runs on")
+// it stopped. It is an ErrAgentLost (the API's agent_unreachable): the
+// sandbox runs on, and the next hostd serves it again.
+var ErrHostdStopped = fmt.Errorf("%w: hostd stopped; the sandbox runs on", ErrAgentLost)

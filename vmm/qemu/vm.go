@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,7 @@ type VM struct {
 var (
 	_ vmm.VM           = (*VM)(nil)
 	_ vmm.DiskSwitcher = (*VM)(nil)
+	_ vmm.DiskReporter = (*VM)(nil)
 )
 
 // proc is QEMU's process: a child this hostd started (cmd), or one that an
@@ -377,4 +379,32 @@ func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
 	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
 		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "existing",
 	})
+}
+
+// DiskPath is the file that disk index is on now (QMP query-block), for
+// vmm.DiskReporter.
+func (vm *VM) DiskPath(ctx context.Context, index int) (string, error) {
+	if err := vm.running(); err != nil {
+		return "", err
+	}
+	raw, err := vm.qmp.run(ctx, "query-block", nil)
+	if err != nil {
+		return "", err
+	}
+	var blocks []struct {
+		Device   string `json:"device"`
+		Inserted *struct {
+			File string `json:"file"`
+		} `json:"inserted"`
+	}
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", fmt.Errorf("qemu: query-block: %w", err)
+	}
+	want := fmt.Sprintf("disk%d", index)
+	for _, b := range blocks {
+		if b.Device == want && b.Inserted != nil {
+			return b.Inserted.File, nil
+		}
+	}
+	return "", fmt.Errorf("qemu: no disk %d", index)
 }
