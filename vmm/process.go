@@ -2,7 +2,6 @@ package vmm
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // The VMM process lifetime policy, for every backend: a VMM outlives the
@@ -162,46 +159,59 @@ func startTime(pid int) (uint64, error) {
 // later process that reuses the pid. Done closes when the process exits.
 type Handle struct {
 	proc Process
-	fd   int
+	f    *os.File // the pidfd, non-blocking, in the runtime's poller
+	rc   syscall.RawConn
 	done chan struct{}
-	mu   sync.Mutex
-	shut bool
+	once sync.Once
 }
+
+// The pidfd system calls have these numbers on every architecture (they
+// came after the tables were unified); package syscall does not name them.
+const (
+	sysPidfdSendSignal = 424
+	sysPidfdOpen       = 434
+)
 
 // OpenProcess opens p if it still runs as the same process, else
 // ErrProcessGone.
 func OpenProcess(p Process) (*Handle, error) {
-	fd, err := unix.PidfdOpen(p.PID, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: pidfd_open %d: %v", ErrProcessGone, p.PID, err)
+	if p.PID <= 0 {
+		return nil, fmt.Errorf("%w: pid %d", ErrProcessGone, p.PID)
 	}
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(p.PID), uintptr(syscall.O_NONBLOCK), 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("%w: pidfd_open %d: %v", ErrProcessGone, p.PID, errno)
+	}
+	syscall.CloseOnExec(int(fd))
+	f := os.NewFile(fd, fmt.Sprintf("pidfd:%d", p.PID))
 	// The pidfd names whichever process had the pid at the open: check
 	// it is still p after it.
 	if !p.Alive() {
-		unix.Close(fd)
+		f.Close()
 		return nil, fmt.Errorf("%w: pid %d is another process now", ErrProcessGone, p.PID)
 	}
-	h := &Handle{proc: p, fd: fd, done: make(chan struct{})}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("vmm: pidfd: %w", err)
+	}
+	h := &Handle{proc: p, f: f, rc: rc, done: make(chan struct{})}
 	go h.watch()
 	return h, nil
 }
 
-// watch closes done once the process exits (the pidfd turns readable).
+// watch closes done once the process exits (the pidfd turns readable) or
+// the handle is closed.
 func (h *Handle) watch() {
 	defer close(h.done)
-	for {
-		fds := []unix.PollFd{{Fd: int32(h.fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 500)
-		if errors.Is(err, unix.EINTR) {
-			continue
+	waited := false
+	_ = h.rc.Read(func(uintptr) bool {
+		if !waited {
+			waited = true
+			return false // wait for readability
 		}
-		h.mu.Lock()
-		shut := h.shut
-		h.mu.Unlock()
-		if err != nil || n > 0 || shut {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // Process is what the handle holds.
@@ -212,28 +222,22 @@ func (h *Handle) Done() <-chan struct{} { return h.done }
 
 // Signal sends sig to the process; one that exited already is not an error.
 func (h *Handle) Signal(sig syscall.Signal) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.shut {
+	var errno syscall.Errno
+	err := h.rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall6(sysPidfdSendSignal, fd, uintptr(sig), 0, 0, 0, 0)
+	})
+	switch {
+	case err != nil:
+		return nil // closed
+	case errno == syscall.ESRCH || errno == 0:
 		return nil
 	}
-	err := unix.PidfdSendSignal(h.fd, sig, nil, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	return err
+	return fmt.Errorf("vmm: signal pid %d: %w", h.proc.PID, errno)
 }
 
 // Close releases the pidfd (the process goes on) and waits for the
 // watcher to end.
 func (h *Handle) Close() {
-	h.mu.Lock()
-	if h.shut {
-		h.mu.Unlock()
-		return
-	}
-	h.shut = true
-	h.mu.Unlock()
+	h.once.Do(func() { h.f.Close() })
 	<-h.done
-	unix.Close(h.fd)
 }
