@@ -248,7 +248,6 @@ func (n *networks) dropReattached(id string) {
 func (n *networks) release(id string) {
 	if ra, ok := n.net.(netReattacher); ok {
 		ra.Release(id)
-		return
 	}
 }
 
