@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -371,7 +372,7 @@ func checkCleanups(t *testing.T, data, id, fork string) {
 	}
 }
 
-// cgroupsOf lists the sandbox cgroups left of data's hostd instance (its
+// cgroupsOf lists the sandboxes with a cgroup left of data's hostd instance (its
 // name derived from the data dir as hostd does), in any hierarchy.
 func cgroupsOf(data string) []string {
 	abs, _ := filepath.Abs(data)
@@ -381,8 +382,8 @@ func cgroupsOf(data string) []string {
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + inst + "/*")
 	more, _ := filepath.Glob("/sys/fs/cgroup/agentbox/" + inst + "/*")
 	for _, d := range append(dirs, more...) {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			left = append(left, d)
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() && !slices.Contains(left, filepath.Base(d)) {
+			left = append(left, filepath.Base(d))
 		}
 	}
 	return left
@@ -436,6 +437,46 @@ func checkFaults(t *testing.T, data, id string) {
 				// The guest writes on after the crash, into the overlay the
 				// VM has (not the one the dead hostd had recorded).
 				mustExec(t, c, id, "sh", "-c", "echo after-the-snapshot > /root/after; sync")
+			}},
+		{step: "fork:snapshotted", state: "running",
+			op: func(ctx context.Context, c *client.Client, id string) error {
+				_, err := c.Fork(ctx, id, 1)
+				return err
+			},
+			check: func(t *testing.T, c *client.Client, id string) {
+				if list, _ := c.ListSnapshots(context.Background()); len(list) != snaps+1 {
+					t.Errorf("snapshots after a fork cut after its snapshot: %d, want %d", len(list), snaps+1)
+				} else {
+					snaps = len(list)
+				}
+			}},
+		{step: "create:booted", state: "running",
+			op: func(ctx context.Context, c *client.Client, id string) error {
+				_, err := c.Fork(ctx, id, 1)
+				return err
+			},
+			check: func(t *testing.T, c *client.Client, id string) {
+				// The half-made fork is failed, with nothing left on the
+				// host: only the parent has a namespace and a cgroup.
+				list, err := c.ListSandboxes(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, sb := range list {
+					if sb.ID != id && sb.State != "failed" {
+						t.Errorf("the fork cut mid-create is %s, want failed", sb.State)
+					}
+					if sb.ID != id {
+						_ = c.DeleteSandbox(context.Background(), sb.ID)
+					}
+				}
+				if ids, _ := netns.InstallationOf(data).List(); len(ids) != 1 {
+					t.Errorf("namespaces after a create cut mid-way: %v, want only the parent's", ids)
+				}
+				if left := cgroupsOf(data); len(left) != 1 {
+					t.Errorf("cgroups after a create cut mid-way: %v, want only the parent's", left)
+				}
+				snaps++
 			}},
 		{step: "pause:saved", state: "paused",
 			op: func(ctx context.Context, c *client.Client, id string) error {

@@ -188,7 +188,7 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
 	defer cancel()
-	if _, err := b.client(ctx); err != nil {
+	if err := reconnect(ctx, b); err != nil {
 		_ = vm.Release()
 		return fmt.Errorf("guest agent did not answer: %w", err)
 	}
@@ -204,6 +204,25 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	}
 	m.log.Info("sandbox re-adopted after a hostd restart", "sandbox_id", rec.ID, "vm_pid", p.PID)
 	return nil
+}
+
+// reconnect dials b's agent until it answers or ctx ends. The first tries
+// may fail: the previous hostd may have died in the middle of a frame on
+// the channel, which swallows the reset marker of the next connection; the
+// guest resynchronizes on the marker of the one after (each failed Dial
+// drops its connection).
+func reconnect(ctx context.Context, b *box) error {
+	for {
+		_, err := b.client(ctx)
+		if err == nil || errors.Is(err, vmm.ErrNotRunning) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // reattach serves sandbox id's namespace again (readopt). The entry's NIC
