@@ -61,10 +61,19 @@ type Config struct {
 	// AGENTBOX_API_KEY).
 	KeyMaximums map[string]sandbox.Maximums
 	// VMMUser, if set, is the unprivileged user that QEMU drops to once it
-	// has opened its files (-runas; e.g. "nobody"). A VM whose QEMU changed
-	// its uid loses the parent-death signal, so after a hostd crash it runs
-	// until the next hostd start reaps it from its cgroup.
+	// has opened its files (-runas; e.g. "nobody").
 	VMMUser string
+	// LeaveRunning leaves the running sandboxes running when hostd stops
+	// (sandbox.Manager.Release): the next hostd on DataDir re-adopts them.
+	// Unset, hostd stops their VMs and marks them failed (what in-process
+	// tests want); `agentbox serve` sets it unless --drain-on-exit.
+	LeaveRunning bool
+	// DrainOnExit deletes every sandbox when hostd stops.
+	DrainOnExit bool
+	// ShutdownTimeout bounds how long a stopping hostd waits for requests
+	// in flight (exec streams, file transfers) before it cuts them
+	// (default 10 s).
+	ShutdownTimeout time.Duration
 	// Instance names this hostd's cgroups (/agentbox/<instance>/...);
 	// empty derives it from DataDir, so hostds with their own data
 	// directories never share groups.
@@ -141,6 +150,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
 	}
 	return c
 }

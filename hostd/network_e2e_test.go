@@ -14,12 +14,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -573,100 +571,6 @@ func TestNetworkOrphansRemovedAtStart(t *testing.T) {
 	}
 	if !netns.Exists(keep.Name) {
 		t.Error("another installation's namespace was removed")
-	}
-}
-
-// childHostd is hostd in a child process of the test (TestNetworkHostdKilled
-// kills it): it writes its address to DIR/addr and serves until killed.
-func childHostd(dir string) {
-	a := vmmtest.Assets{Kernel: os.Getenv("CHILD_KERNEL"), Initramfs: os.Getenv("CHILD_INITRAMFS"), BaseImage: os.Getenv("CHILD_BASE")}
-	logf, _ := os.Create(filepath.Join(dir, "child-hostd.log"))
-	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: dir, APIKey: testKey, VMM: "qemu", Accel: "tcg",
-		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage, Logger: slog.New(slog.NewTextHandler(logf, nil))}
-	err := hostd.RunWithReady(context.Background(), cfg, func(addr string) {
-		_ = os.WriteFile(filepath.Join(dir, "addr.tmp"), []byte(addr), 0o600)
-		_ = os.Rename(filepath.Join(dir, "addr.tmp"), filepath.Join(dir, "addr"))
-	})
-	fmt.Fprintln(os.Stderr, "child hostd:", err)
-	os.Exit(1)
-}
-
-// TestNetworkHostdKilled: hostd is SIGKILLed with a sandbox running; its VM
-// dies with it (Pdeathsig), its namespace is left behind, and the next hostd
-// on the same data dir removes it.
-func TestNetworkHostdKilled(t *testing.T) {
-	a := vmmtest.FindAssets(t)
-	data := vmmtest.ShortTempDir(t)
-	netDataDirsMu.Lock()
-	netDataDirs = append(netDataDirs, data)
-	netDataDirsMu.Unlock()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "AGENTBOX_TEST_CHILD_HOSTD="+data,
-		"CHILD_KERNEL="+a.Kernel, "CHILD_INITRAMFS="+a.Initramfs, "CHILD_BASE="+a.BaseImage)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(data, "child-hostd.log"))
-			t.Logf("child hostd log:\n%s", b)
-		}
-	})
-	var addr []byte
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if addr, err = os.ReadFile(filepath.Join(data, "addr")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("child hostd did not start")
-		}
-	}
-	c, err := client.New("http://"+string(addr), testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := c.CreateSandbox(context.Background(), client.CreateSandboxRequest{MemoryMiB: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := netns.InstallationOf(data).Name(sb.ID)
-	if !netns.Exists(name) {
-		t.Fatalf("namespace %s missing", name)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
-	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(sb.VMPID, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("vm %d outlived its hostd", sb.VMPID)
-		}
-	}
-	if !netns.Exists(name) {
-		t.Fatalf("namespace %s is already gone: the test proves nothing", name)
-	}
-	// The next hostd on the same data dir.
-	c2, _ := startNetHostdOn(t, data)
-	if netns.Exists(name) {
-		t.Errorf("namespace %s of the killed hostd's sandbox is still there", name)
-	}
-	got, err := c2.GetSandbox(context.Background(), sb.ID)
-	if err != nil || got.State != "failed" {
-		t.Errorf("sandbox after restart: %+v, %v", got, err)
-	}
-	if err := c2.DeleteSandbox(context.Background(), sb.ID); err != nil {
-		t.Error(err)
 	}
 }
 

@@ -25,8 +25,8 @@ import (
 	"github.com/agentbox/agentbox/vmm"
 )
 
-// Run starts hostd and serves until ctx ends, then stops every sandbox and
-// returns (RunWithReady also reports the bound address).
+// Run starts hostd and serves until ctx ends, then stops (Config.LeaveRunning:
+// releases) every sandbox and returns (RunWithReady also reports the bound address).
 func Run(ctx context.Context, cfg Config) error {
 	return RunWithReady(ctx, cfg, nil)
 }
@@ -143,17 +143,50 @@ func serve(ctx context.Context, cfg Config, h http.Handler, mgr *sandbox.Manager
 	case err = <-errc:
 	case <-ctx.Done():
 	}
-	log.Info("hostd stopping")
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	log.Info("hostd stopping", "leave_running", cfg.LeaveRunning && !cfg.DrainOnExit, "drain", cfg.DrainOnExit)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout+20*time.Second)
 	defer cancel()
-	// Close the sandboxes first: that ends running exec streams, which
-	// Shutdown would otherwise wait for.
-	cerr := mgr.Close(sctx)
-	serr := srv.Shutdown(sctx)
+	if !cfg.LeaveRunning || cfg.DrainOnExit {
+		// Close (or delete) the sandboxes first: that ends running exec
+		// streams, which Shutdown would otherwise wait for.
+		cerr := drain(sctx, mgr, cfg.DrainOnExit, log)
+		serr := srv.Shutdown(sctx)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		return errors.Join(err, cerr, serr)
+	}
+	// Stop accepting, let requests in flight finish within the deadline,
+	// cut the rest; then let go of the sandboxes, which run on.
+	hctx, hcancel := context.WithTimeout(sctx, cfg.ShutdownTimeout)
+	serr := srv.Shutdown(hctx)
+	hcancel()
+	if errors.Is(serr, context.DeadlineExceeded) {
+		log.Warn("requests still in flight at the shutdown deadline; cutting them", "timeout", cfg.ShutdownTimeout)
+		serr = srv.Close()
+	}
+	cerr := mgr.Release(sctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return errors.Join(err, cerr, serr)
+}
+
+// drain stops every sandbox (marking them failed) or, with del, deletes
+// them all.
+func drain(ctx context.Context, mgr *sandbox.Manager, del bool, log *slog.Logger) error {
+	if del {
+		list, err := mgr.List(ctx)
+		if err != nil {
+			return errors.Join(err, mgr.Close(ctx))
+		}
+		for _, sb := range list {
+			if err := mgr.Delete(ctx, sb.ID); err != nil {
+				log.Error("drain: delete sandbox", "sandbox_id", sb.ID, "err", err)
+			}
+		}
+	}
+	return mgr.Close(ctx)
 }
 
 // protocols are HTTP/1.1 and HTTP/2: over TLS by ALPN, and in cleartext

@@ -4,9 +4,11 @@
 // knows which transport carries the agent's bytes. The doc comment of each
 // method says what every backend does; vmm/vmmtest.RunContract checks it.
 //
-// Lifetime: a VMM process dies with the hostd that started it (Pdeathsig;
-// see StartProcess, the one place that decides it). ctx arguments bound a
-// call, never a VM's life.
+// Lifetime: a VMM process outlives the hostd that started it (its own
+// session, no parent-death signal; see StartProcess, the one place that
+// decides it). VM.Release lets go of a VM without ending it, and a later
+// hostd reconnects with Driver.Adopt, finding the process by its Process
+// (pid and start time). ctx arguments bound a call, never a VM's life.
 package vmm
 
 import (
@@ -135,12 +137,30 @@ type Driver interface {
 	// Resume. A directory that is not a snapshot of this backend is refused
 	// with ErrUnsupported.
 	Restore(ctx context.Context, cfg Config, dir string) (VM, error)
+	// Adopt reconnects to a running VMM process that a VM of this backend
+	// started (usually under an earlier hostd, which Released it or died):
+	// proc identifies the process (VM.Process), cfg is the Config it was
+	// started or restored with (its Dir holds the VMM's sockets; Started
+	// and Net are ignored). The adopted VM is what Start returned: Dial,
+	// Pause, Snapshot, Stop, Wait and Done work on it (Wait returns nil or
+	// an error without the exit status, which only the VMM's parent sees).
+	// A process that is gone, or another one now has the pid, is
+	// ErrNotRunning; a backend that cannot adopt returns ErrUnsupported.
+	// The VMM is left running when Adopt fails.
+	Adopt(ctx context.Context, cfg Config, proc Process) (VM, error)
 }
 
 // VM is one running VMM process.
 type VM interface {
 	// PID is the VMM process id.
 	PID() int
+	// Process identifies the VMM process for a later Adopt.
+	Process() Process
+	// Release closes the host's connections to the VMM (control socket,
+	// agent channel, its streams) and leaves the process running, for a
+	// later Adopt. Afterwards only PID and Process answer; Done is closed.
+	// Release of an exited VM returns nil.
+	Release() error
 	// Dial opens a new stream to the guest's channel port. It waits (until
 	// ctx ends) for a guest that does not answer yet: every backend retries
 	// inside Dial until guestinit answers, so the first Dial after Start or
@@ -182,4 +202,12 @@ type DiskSwitcher interface {
 	// the caller may hard-link it as a frozen layer. On an exited VM it
 	// returns ErrNotRunning.
 	SwitchDisk(ctx context.Context, index int, overlay string) error
+}
+
+// DiskReporter is the optional disk query of a VM: which file the guest's
+// disk index (0 = the root disk) is on now, after any SwitchDisk. A hostd
+// that re-adopts a VM asks it, since it may have died between a switch and
+// recording it.
+type DiskReporter interface {
+	DiskPath(ctx context.Context, index int) (string, error)
 }

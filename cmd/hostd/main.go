@@ -38,9 +38,11 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", os.Getenv("AGENTBOX_OTLP_ENDPOINT"), "send trace spans over OTLP/HTTP to this host:port or URL (off when empty)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", os.Getenv("AGENTBOX_TLS_CERT"), "serve HTTPS (and HTTP/2) with this certificate")
 	fs.StringVar(&cfg.TLSKey, "tls-key", os.Getenv("AGENTBOX_TLS_KEY"), "the key of -tls-cert")
+	fs.BoolVar(&cfg.DrainOnExit, "drain-on-exit", false, "delete every sandbox when hostd stops (by default they run on for the next hostd)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cfg.LeaveRunning = true
 	cfg.APIKey = os.Getenv("AGENTBOX_API_KEY")
 	return hostd.Run(ctx, cfg)
 }

@@ -198,6 +198,29 @@ func (g *Group) Delete() error {
 	return nil
 }
 
+// Load opens the existing group of sandbox id (a hostd that restarted takes
+// back the group of a VMM that outlived its predecessor).
+func (m *Manager) Load(id string) (*Group, error) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return nil, fmt.Errorf("cgroup: bad group name %q", id)
+	}
+	g := &Group{id: id}
+	var err error
+	if m.v2 {
+		if _, err = os.Stat(filepath.Join(unifiedRoot, m.path(id))); err == nil {
+			g.v2, err = cgroup2.Load(m.path(id), cgroup2.WithMountpoint(unifiedRoot))
+		}
+	} else {
+		if _, err = os.Stat(filepath.Join(v1Root, "memory", m.path(id))); err == nil {
+			g.v1, err = cgroup1.Load(cgroup1.StaticPath(m.path(id)))
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: load %s: %w", m.path(id), err)
+	}
+	return g, nil
+}
+
 // Remove deletes the group of id if it exists.
 func (m *Manager) Remove(id string) error {
 	if m.v2 {

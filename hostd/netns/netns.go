@@ -116,6 +116,23 @@ func (inst Installation) Create(id string) (_ *Sandbox, err error) {
 	return s, nil
 }
 
+// Reopen opens the proxy's sockets again in sandbox id's existing
+// namespace: after a hostd restart, the namespace, its tap (held by the
+// running VMM) and its nftables table are still there, but the listeners
+// died with the old hostd. The returned Sandbox has no Tap; Close closes
+// the sockets and removes the namespace, as for one made by Create.
+func (inst Installation) Reopen(id string) (_ *Sandbox, err error) {
+	name := inst.Name(id)
+	if !Exists(name) {
+		return nil, fmt.Errorf("netns: reopen %s: %w", name, os.ErrNotExist)
+	}
+	s := &Sandbox{ID: id, Name: name, MAC: GuestMAC}
+	if err := Do(name, s.listen); err != nil {
+		return nil, errors.Join(fmt.Errorf("netns: reopen %s: %w", name, err), s.CloseSockets())
+	}
+	return s, nil
+}
+
 // setup runs on a thread inside the new namespace: tap, address, sockets.
 func (s *Sandbox) setup() error {
 	tap := &netlink.Tuntap{
@@ -145,6 +162,11 @@ func (s *Sandbox) setup() error {
 	if lo, err := netlink.LinkByName("lo"); err == nil {
 		_ = netlink.LinkSetUp(lo)
 	}
+	return s.listen()
+}
+
+// listen opens the proxy's sockets; it runs inside the namespace.
+func (s *Sandbox) listen() error {
 	var err error
 	host := HostIP.AsSlice()
 	if s.Proxy, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: host, Port: ProxyPort}); err != nil {

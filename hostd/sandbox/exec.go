@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/fault"
 )
 
 // Execs runs commands in the manager's sandboxes: collected, streamed and
@@ -85,6 +86,7 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 		}
 		return nil, "", b.streamErr(err)
 	}
+	fault.Point("exec:started")
 	x.m.rec.execStarted(ctx, b, req.Cmd, cwd, env, req.Tty, execID)
 	x.execDeadline(b, execID, req.TimeoutS)
 	if req.Stdin != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -35,6 +36,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 	if err != nil {
 		return nil, err
 	}
+	fault.Point("fork:snapshotted")
 	meta := map[string]string{}
 	for k, v := range parent.Metadata {
 		meta[k] = v
@@ -86,6 +88,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 		_ = b.vm.Resume(context.WithoutCancel(ctx))
 		return Info{}, fmt.Errorf("sandbox: pause %s: %w", id, err)
 	}
+	fault.Point("pause:saved")
 	// The VM ends on purpose: take it out of the live set first, so the
 	// watcher does not count it as a crash.
 	m.reg.forget(b)
@@ -96,6 +99,8 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	}
 	b.settle()
 	b.removeCgroup()
+	_ = os.Remove(filepath.Join(b.dir, vmStateFile))
+	m.nets.dropReattached(id)
 	if err := m.setState(ctx, id, StatePaused, "", 0); err != nil {
 		return Info{}, err
 	}
@@ -166,6 +171,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	}
 	if err == nil {
 		b.vm = vm
+		fault.Point("resume:restored")
 		// From the moment the guest runs, its disk moves on from the saved
 		// memory: the record stops naming the paused state first, so a
 		// hostd that dies from here on does not bring that state back
@@ -173,6 +179,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 		err = m.forgetPaused(ctx, v)
 	}
 	if err == nil {
+		fault.Point("resume:forgotten")
 		err = m.wake(ctx, b, false)
 	}
 	if err == nil {

@@ -279,6 +279,7 @@ func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
 		return cfg, err
 	}
 	if m.opts.Cgroups == nil {
+		m.recordVM(&cfg) // the VMM's identity on disk (adopt.go)
 		return cfg, nil
 	}
 	g, err := m.opts.Cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
@@ -287,6 +288,7 @@ func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
 	}
 	b.cgroup = g
 	cfg.Started = g.Add
+	m.recordVM(&cfg)
 	return cfg, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
 )
@@ -277,6 +278,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		b, err = m.boot(ctx, rec, opts)
 	}
 	if err == nil {
+		fault.Point("create:booted")
 		if err = m.mnts.start(ctx, b, opts.Mounts); err != nil {
 			_ = b.vm.Stop(context.WithoutCancel(ctx))
 			b.end(err)
@@ -300,6 +302,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, error) {
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
 	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user})
+	if err == nil { // the VMM's identity, as the VM has it (adopt.go)
+		err = writeVMState(b.dir, vmState{Backend: m.opts.Driver.Name(), Process: b.vm.Process()})
+	}
 	if err == nil {
 		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
 	}
@@ -437,6 +442,7 @@ func (m *Manager) stopBox(b *box, why error) {
 	}
 	b.settle()
 	b.removeCgroup()
+	_ = os.Remove(filepath.Join(b.dir, vmStateFile))
 	m.nets.detach(b.id)
 }
 
@@ -465,6 +471,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if b != nil {
 		b.op.Lock() // let a running snapshot or pause finish
 		_ = m.setState(ctx, id, StateStopping, "", b.vm.PID())
+		fault.Point("delete:stopping")
 		m.teardown(b, ErrDeleted)
 		b.op.Unlock()
 	} else {
@@ -472,6 +479,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		m.nets.detach(id)
 	}
 	ctx = context.WithoutCancel(ctx)
+	fault.Point("delete:torn-down")
 	m.reg.remove(id)
 	if err := errors.Join(m.opts.Store.DeleteSandboxVM(ctx, id), m.opts.Store.DeleteSandboxLimits(ctx, id), m.opts.Store.DeleteSandbox(ctx, id)); err != nil {
 		return err

@@ -24,6 +24,9 @@ type reaper struct {
 	log       *slog.Logger
 	// owned returns the ids of live and warm sandboxes.
 	owned func() map[string]bool
+	// killVM stops the VMM recorded in a sandbox directory (by its pid and
+	// start time; adopt.go).
+	killVM func(id, dir string)
 }
 
 // Reap runs the reaper until ctx ends: every interval it removes what no
@@ -37,7 +40,7 @@ func (m *Manager) ReapOnce(ctx context.Context) { m.reaper().now(ctx) }
 
 func (m *Manager) reaper() *reaper {
 	return &reaper{cgroups: m.opts.Cgroups, store: m.opts.Store, dataDir: m.opts.DataDir, recorder: m.opts.Recorder,
-		retention: m.opts.EventRetention, log: m.log, owned: m.ownedIDs}
+		retention: m.opts.EventRetention, log: m.log, owned: m.ownedIDs, killVM: m.killVM}
 }
 
 // DefaultReapInterval is how often the reaper looks for orphans.
@@ -193,6 +196,7 @@ func (r *reaper) reapDir(id string) {
 	dir := filepath.Join(r.dataDir, "sandboxes", id)
 	if _, err := os.Stat(dir); err == nil {
 		r.log.Warn("reaper: removing orphaned sandbox dir", "sandbox_id", id)
+		r.killVM(id, dir)
 		removeDir(dir, r.log)
 	}
 }

@@ -3,21 +3,26 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/vmm"
 )
 
-// Recover runs once at start. A sandbox that was creating, running or
-// stopping when the previous hostd ended has lost its VM (VMM processes die
-// with the hostd that started them: the policy of vmm.StartProcess, which
-// both backends use), so it is marked failed; a running one keeps its files
-// until it is deleted (a half-made or half-deleted one does not). A sandbox
-// caught pausing or resuming whose saved state is complete on disk goes
-// back to paused, resumable (recoverPaused). Directories under sandboxes/
-// that no record names are orphans and are removed.
+// Recover runs once at start. VMM processes outlive hostd
+// (vmm.StartProcess), so a sandbox that was running when the previous hostd
+// ended is re-adopted if its VMM still runs (found by the pid and start
+// time in its state file, and its cgroup; readopt), and marked failed with
+// the reason, its files kept until it is deleted, if the VMM is gone. A
+// sandbox caught pausing or resuming whose saved state is complete on disk
+// goes back to paused, resumable (recoverPaused); one whose VMM still runs
+// the guest is re-adopted. A VMM that no running sandbox owns (its sandbox
+// is paused, failed, half-made or half-deleted, or has no record at all) is
+// stopped by its pid and start time, never by its name. Directories under
+// sandboxes/ that no record names are orphans and are removed.
 func (m *Manager) Recover(ctx context.Context) error {
 	recs, err := m.opts.Store.ListSandboxes(ctx)
 	if err != nil {
@@ -26,27 +31,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	known := map[string]bool{}
 	for _, r := range recs {
 		known[r.ID] = true
-		switch State(r.State) {
-		case StatePaused:
-			m.rearmTTL(r)
-		case StatePausing, StateResuming:
-			if m.recoverPaused(ctx, r) {
-				if err := m.setState(ctx, r.ID, StatePaused, "", 0); err != nil {
-					return err
-				}
-				m.log.Warn("sandbox was pausing or resuming when hostd stopped; its saved state is intact: paused", "sandbox_id", r.ID)
-				m.rearmTTL(r)
-				continue
-			}
-			fallthrough
-		case StateCreating, StateRunning, StateStopping:
-			m.log.Warn("sandbox lost its vm when hostd stopped", "sandbox_id", r.ID, "vm_pid", r.VMPID)
-			if s := State(r.State); s == StateCreating || s == StateStopping {
-				removeDir(r.Dir, m.log.With("sandbox_id", r.ID))
-			}
-			if err := m.setState(ctx, r.ID, StateFailed, "hostd restarted; the vm is gone", 0); err != nil {
-				return err
-			}
+		if err := m.recoverOne(ctx, r); err != nil {
+			return err
 		}
 	}
 	m.ReapOnce(ctx) // cgroups left by a previous hostd of this instance
@@ -61,10 +47,68 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for _, e := range ents {
 		if !known[e.Name()] {
 			m.log.Warn("removing orphaned sandbox dir", "sandbox_id", e.Name())
-			removeDir(filepath.Join(m.opts.DataDir, "sandboxes", e.Name()), m.log)
+			dir := filepath.Join(m.opts.DataDir, "sandboxes", e.Name())
+			m.killVM(e.Name(), dir)
+			removeDir(dir, m.log)
 		}
 	}
 	return m.nets.sweep()
+}
+
+// recoverOne brings sandbox r's record in line with what runs (Recover).
+func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
+	log := m.log.With("sandbox_id", r.ID)
+	p, alive := m.recordedVM(r.ID, r.Dir)
+	st := State(r.State)
+	switch st {
+	case StatePaused, StateFailed:
+		if alive {
+			m.killVM(r.ID, r.Dir)
+		}
+		if st == StatePaused {
+			m.rearmTTL(r)
+		}
+		return nil
+	case StatePausing, StateResuming:
+		if m.recoverPaused(ctx, r) {
+			if alive {
+				m.killVM(r.ID, r.Dir)
+			}
+			if err := m.setState(ctx, r.ID, StatePaused, "", 0); err != nil {
+				return err
+			}
+			log.Warn("sandbox was pausing or resuming when hostd stopped; its saved state is intact: paused")
+			m.rearmTTL(r)
+			return nil
+		}
+	case StateCreating, StateStopping:
+		if alive {
+			m.killVM(r.ID, r.Dir)
+		}
+		log.Warn("sandbox was being created or deleted when hostd stopped")
+		removeDir(r.Dir, log)
+		return m.setState(ctx, r.ID, StateFailed, "hostd stopped while the sandbox was "+string(st), 0)
+	case StateRunning:
+	default:
+		return nil
+	}
+	why := fmt.Sprintf("hostd restarted; the vm (pid %d) is gone", p.PID)
+	if alive {
+		r.State = string(StateRunning)
+		err := m.readopt(ctx, r, p)
+		if err == nil {
+			return nil
+		}
+		m.killVM(r.ID, r.Dir)
+		m.nets.detach(r.ID)
+		if !errors.Is(err, vmm.ErrNotRunning) {
+			log.Error("could not re-adopt the sandbox's vm; stopped it", "vm_pid", p.PID, "err", err)
+			why = "hostd restarted; re-adopting the vm failed: " + err.Error()
+		}
+	}
+	log.Warn("sandbox lost its vm when hostd stopped", "vm_pid", p.PID)
+	_ = os.Remove(filepath.Join(r.Dir, vmStateFile))
+	return m.setState(ctx, r.ID, StateFailed, why, 0)
 }
 
 // recoverPaused reports whether sandbox r, found pausing or resuming, has a
@@ -84,8 +128,8 @@ func (m *Manager) recoverPaused(ctx context.Context, r store.Sandbox) bool {
 	return err == nil && len(ents) > 0
 }
 
-// Close stops every live sandbox (their VMs could not outlive hostd),
-// marks them failed, and waits for the manager's background work (watchers,
+// Close stops every live sandbox, marks them failed (the VMs do not run
+// on: Release is the close that leaves them for the next hostd), and waits for the manager's background work (watchers,
 // pool refills, timers, snapshot manifests) to end.
 func (m *Manager) Close(ctx context.Context) error {
 	m.bgMu.Lock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/snapshot"
 )
 
@@ -76,6 +77,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err != nil {
 		return SnapshotInfo{}, b.streamErr(fmt.Errorf("sandbox: %w", err))
 	}
+	fault.Point("snapshot:captured")
 	b.overlay, b.snapshotID = src.Overlay, src.ParentID
 	if err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user}); err != nil {
 		return SnapshotInfo{}, err

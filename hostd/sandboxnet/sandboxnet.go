@@ -107,11 +107,64 @@ func (s *Service) Attach(ctx context.Context, id string, pol egress.Policy) (*vm
 	s.mu.Lock()
 	s.nss[id] = ns
 	s.mu.Unlock()
-	host := netns.HostIP.String()
-	args := fmt.Sprintf("agentbox.ip=%s/%d agentbox.gw=%s agentbox.dns=%s agentbox.ca=%s",
-		netns.GuestIP, netns.PrefixLen, host, host, base64.RawURLEncoding.EncodeToString(s.proxy.CA().CertDER()))
 	s.log.Info("sandbox network attached", "sandbox_id", id, "netns", ns.Name)
-	return &vmm.Net{Tap: ns.Tap, MAC: ns.MAC}, args, nil
+	return &vmm.Net{Tap: ns.Tap, MAC: ns.MAC}, s.cmdline(), nil
+}
+
+// cmdline is the guest kernel arguments of a sandbox's NIC.
+func (s *Service) cmdline() string {
+	host := netns.HostIP.String()
+	return fmt.Sprintf("agentbox.ip=%s/%d agentbox.gw=%s agentbox.dns=%s agentbox.ca=%s",
+		netns.GuestIP, netns.PrefixLen, host, host, base64.RawURLEncoding.EncodeToString(s.proxy.CA().CertDER()))
+}
+
+// Reattach serves sandbox id's existing namespace again after a hostd
+// restart: the proxy's listeners are opened anew in it, with the stored
+// policy (the namespace, its tap and nftables table lived on with the
+// VMM). Connections that went through the old listeners are gone. It
+// returns the guest kernel arguments Attach gave (nil error and "" for a
+// sandbox with no NIC).
+func (s *Service) Reattach(ctx context.Context, id string) (string, error) {
+	pol, err := s.Policy(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if pol.Mode == egress.ModeNone {
+		return "", nil
+	}
+	ns, err := s.inst.Reopen(id)
+	if err != nil {
+		return "", err
+	}
+	ls := egress.Listeners{TCP: ns.Proxy, DNSUDP: ns.DNSUDP, DNSTCP: ns.DNSTCP}
+	if err := s.proxy.Attach(id, pol, ls); err != nil {
+		return "", errors.Join(err, ns.CloseSockets())
+	}
+	s.mu.Lock()
+	s.nss[id] = ns
+	s.mu.Unlock()
+	s.log.Info("sandbox network reattached", "sandbox_id", id, "netns", ns.Name)
+	return s.cmdline(), nil
+}
+
+// Release stops serving sandbox id's namespace (the proxy's listeners
+// close) and leaves the namespace, its tap and rules for a later hostd's
+// Reattach.
+func (s *Service) Release(id string) {
+	s.proxy.Detach(id)
+	s.mu.Lock()
+	ns := s.nss[id]
+	delete(s.nss, id)
+	s.mu.Unlock()
+	if ns != nil {
+		_ = ns.CloseSockets()
+		if ns.Tap != nil {
+			_ = ns.Tap.Close()
+		}
+	}
 }
 
 // Detach stops the proxy for sandbox id and removes its namespace. It is

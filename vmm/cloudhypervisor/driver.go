@@ -169,6 +169,14 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
 // Restore launches cloud-hypervisor from a snapshot that Snapshot wrote into
 // dir. The VM starts paused. See RestoreWithNets for VMs with taps.
 // A VM with cfg.Net gets its new tap for the snapshot's network device.
+// Adopt is not supported by this backend yet (vmm.ErrUnsupported): a new
+// hostd stops the Cloud Hypervisor VMMs of its predecessor and marks their
+// sandboxes failed. Cloud Hypervisor's REST socket and hybrid vsock would
+// allow it; the missing part is rebuilding the VM's cleanup stack.
+func (d *Driver) Adopt(ctx context.Context, cfg vmm.Config, p vmm.Process) (vmm.VM, error) {
+	return nil, fmt.Errorf("cloudhypervisor: adopt %s: %w", cfg.ID, vmm.ErrUnsupported)
+}
+
 func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
 	var nets []NetFiles
 	if cfg.Net != nil {

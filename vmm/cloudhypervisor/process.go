@@ -21,8 +21,8 @@ type process struct {
 }
 
 // startProcess runs bin with args, its stdout and stderr going to logPath.
-// The process is not tied to any context: it lives until stop, or until
-// hostd dies (vmm.StartProcess).
+// The process is not tied to any context or to hostd: it lives until stop
+// (vmm.StartProcess).
 func startProcess(bin string, args, env []string, logPath string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -33,7 +33,8 @@ func startProcess(bin string, args, env []string, logPath string) (*process, err
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
-	// The VMM lifetime policy is vmm's (it dies with hostd).
+	// The VMM lifetime policy is vmm's (it outlives hostd; this backend
+	// cannot adopt it yet, so Release stops it).
 	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("cloudhypervisor: start %s: %w", bin, err)
 	}

@@ -291,3 +291,19 @@ func (v *VM) watch() {
 // fileURL is the file:// URL of an absolute path as Cloud Hypervisor reads
 // it: it strips the prefix and decodes nothing, so the path is not escaped.
 func fileURL(path string) string { return "file://" + path }
+
+// Process identifies the cloud-hypervisor process.
+func (v *VM) Process() vmm.Process {
+	p, _ := vmm.Identify(v.PID())
+	p.PID = v.PID()
+	return p
+}
+
+// Release ends the VM, as Stop does: this backend cannot adopt a VMM of an
+// earlier hostd (Driver.Adopt is vmm.ErrUnsupported), so one left running
+// would only be reaped by the next hostd.
+func (v *VM) Release() error {
+	ctx, cancel := context.WithTimeout(context.Background(), apiGrace+termGrace+killWait)
+	defer cancel()
+	return v.Stop(ctx)
+}

@@ -52,7 +52,7 @@ func ProbeKVM(ctx context.Context, binary, kernel, initramfs string) error {
 	cmd := exec.Command(binary, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := vmm.StartProcess(cmd); err != nil {
+	if err := vmm.StartTiedProcess(cmd); err != nil {
 		return fmt.Errorf("%w: start: %v", ErrKVMUnusable, err)
 	}
 	if err := vmm.ProbeProcess(ctx, cmd, console, channel.ProbeMarker, ProbeTimeout); err != nil {

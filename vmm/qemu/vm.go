@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,16 +22,17 @@ import (
 
 // VM is one QEMU process.
 type VM struct {
-	cmd *exec.Cmd
-	cfg vmm.Config
-	log *slog.Logger
-	qmp *qmp
+	proc proc
+	cfg  vmm.Config
+	log  *slog.Logger
+	qmp  *qmp
 	// mem is the shared guest memory memfd, or nil when the guest's memory
 	// is a private mapping of a snapshot file.
 	mem *os.File
 
-	done    chan struct{}
-	waitErr error
+	done     chan struct{}
+	doneOnce sync.Once
+	waitErr  error
 
 	mu      sync.Mutex
 	sess    *yamux.Session
@@ -43,21 +45,65 @@ type VM struct {
 var (
 	_ vmm.VM           = (*VM)(nil)
 	_ vmm.DiskSwitcher = (*VM)(nil)
+	_ vmm.DiskReporter = (*VM)(nil)
 )
 
+// proc is QEMU's process: a child this hostd started (cmd), or one that an
+// earlier hostd started and this one adopted (h, a pidfd).
+type proc struct {
+	id  vmm.Process
+	cmd *exec.Cmd
+	h   *vmm.Handle
+}
+
+func (p proc) signal(sig syscall.Signal) {
+	if p.h != nil {
+		_ = p.h.Signal(sig)
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// errReleased is the Wait error of a released VM.
+var errReleased = errors.New("qemu: vm released to a later hostd")
+
 func newVM(cmd *exec.Cmd, cfg vmm.Config, log *slog.Logger) *VM {
-	vm := &VM{cmd: cmd, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", cmd.Process.Pid), done: make(chan struct{})}
+	id, _ := vmm.Identify(cmd.Process.Pid) // the child is not reaped yet
+	id.PID = cmd.Process.Pid
+	vm := &VM{proc: proc{id: id, cmd: cmd}, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", cmd.Process.Pid), done: make(chan struct{})}
 	go func() {
-		vm.waitErr = cmd.Wait()
-		close(vm.done)
+		err := cmd.Wait()
+		vm.finish(err)
 	}()
 	return vm
 }
 
-// PID is QEMU's process id.
-func (vm *VM) PID() int { return vm.cmd.Process.Pid }
+// newAdoptedVM is the VM of h, a QEMU of an earlier hostd.
+func newAdoptedVM(h *vmm.Handle, cfg vmm.Config, log *slog.Logger) *VM {
+	id := h.Process()
+	vm := &VM{proc: proc{id: id, h: h}, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", id.PID), done: make(chan struct{})}
+	go func() {
+		<-h.Done()
+		vm.finish(nil) // not our child: its exit status is init's
+	}()
+	return vm
+}
 
-// Done is closed once QEMU has exited.
+// finish closes done, once, with the exit error.
+func (vm *VM) finish(err error) {
+	vm.doneOnce.Do(func() {
+		vm.waitErr = err
+		close(vm.done)
+	})
+}
+
+// PID is QEMU's process id.
+func (vm *VM) PID() int { return vm.proc.id.PID }
+
+// Process identifies QEMU's process for a later Adopt.
+func (vm *VM) Process() vmm.Process { return vm.proc.id }
+
+// Done is closed once QEMU has exited (or the VM was released).
 func (vm *VM) Done() <-chan struct{} { return vm.done }
 
 // Wait waits for QEMU to exit.
@@ -253,7 +299,7 @@ func (vm *VM) stop(ctx context.Context) error {
 				cancel()
 			}
 		},
-		func() { _ = vm.cmd.Process.Signal(syscall.SIGTERM) },
+		func() { vm.proc.signal(syscall.SIGTERM) },
 	}
 	for _, step := range graceful {
 		if vm.running() != nil || ctx.Err() != nil {
@@ -270,7 +316,7 @@ func (vm *VM) stop(ctx context.Context) error {
 	}
 	var err error
 	if vm.running() == nil {
-		_ = vm.cmd.Process.Kill()
+		vm.proc.signal(syscall.SIGKILL)
 		t := time.NewTimer(killWait)
 		select {
 		case <-vm.done:
@@ -279,18 +325,7 @@ func (vm *VM) stop(ctx context.Context) error {
 		}
 		t.Stop()
 	}
-	vm.mu.Lock()
-	if vm.sess != nil {
-		vm.sess.Close()
-		vm.sessCon.Close()
-	}
-	vm.mu.Unlock()
-	if vm.qmp != nil {
-		vm.qmp.close()
-	}
-	if vm.mem != nil {
-		vm.mem.Close()
-	}
+	vm.closeConns()
 	for _, f := range []string{qmpSocket, agentSocket} {
 		if rerr := os.Remove(vm.path(f)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, rerr)
@@ -300,6 +335,43 @@ func (vm *VM) stop(ctx context.Context) error {
 	return err
 }
 
+// closeConns closes the host's ends: the agent channel, QMP, the memfd and
+// an adopted process's pidfd.
+func (vm *VM) closeConns() {
+	vm.mu.Lock()
+	if vm.sess != nil {
+		vm.sess.Close()
+		vm.sessCon.Close()
+		vm.sess, vm.sessCon = nil, nil
+	}
+	vm.mu.Unlock()
+	if vm.qmp != nil {
+		vm.qmp.close()
+	}
+	if vm.mem != nil {
+		vm.mem.Close()
+	}
+	if vm.proc.h != nil {
+		vm.proc.h.Close()
+	}
+}
+
+// Release closes the host's connections to QEMU and leaves it running, for
+// a later Adopt (vmm.VM). It shares Stop's once: a released VM cannot be
+// stopped through this value, nor a stopped one released.
+func (vm *VM) Release() error {
+	vm.stopOnce.Do(func() {
+		if vm.running() != nil {
+			vm.closeConns()
+			return
+		}
+		vm.finish(errReleased)
+		vm.closeConns()
+		vm.log.Info("vm released; it keeps running")
+	})
+	return nil
+}
+
 // SwitchDisk moves the running guest's disk index onto a new qcow2 overlay
 // whose backing file is the current one (QMP blockdev-snapshot-sync). The
 // current file is then read-only to QEMU: a frozen layer (vmm.DiskSwitcher).
@@ -307,4 +379,32 @@ func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
 	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
 		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "existing",
 	})
+}
+
+// DiskPath is the file that disk index is on now (QMP query-block), for
+// vmm.DiskReporter.
+func (vm *VM) DiskPath(ctx context.Context, index int) (string, error) {
+	if err := vm.running(); err != nil {
+		return "", err
+	}
+	raw, err := vm.qmp.run(ctx, "query-block", nil)
+	if err != nil {
+		return "", err
+	}
+	var blocks []struct {
+		Device   string `json:"device"`
+		Inserted *struct {
+			File string `json:"file"`
+		} `json:"inserted"`
+	}
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", fmt.Errorf("qemu: query-block: %w", err)
+	}
+	want := fmt.Sprintf("disk%d", index)
+	for _, b := range blocks {
+		if b.Device == want && b.Inserted != nil {
+			return b.Inserted.File, nil
+		}
+	}
+	return "", fmt.Errorf("qemu: no disk %d", index)
 }

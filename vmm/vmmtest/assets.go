@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // Assets are the guest boot files the kernel/ and images/ scripts build.
@@ -25,9 +27,13 @@ func CacheDir() string {
 }
 
 // FindAssets returns the cached guest assets, failing the test with what to
-// run when they are missing (a VM test never passes without a VM).
+// run when they are missing (a VM test never passes without a VM). Every VM
+// test calls it, so it also ties the VMMs this test binary starts to it
+// (vmm.DieWithHost): a test that crashes or times out leaves no VM behind.
+// A hostd the test runs as a separate process is not affected.
 func FindAssets(t testing.TB) Assets {
 	t.Helper()
+	vmm.DieWithHost()
 	c := CacheDir()
 	a := Assets{
 		Kernel:    filepath.Join(c, "kernel", "vmlinux"),

@@ -1,6 +1,7 @@
 package vmmtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -86,7 +87,66 @@ func RunContract(t *testing.T, tgt Target) {
 	t.Run("pause and resume", func(t *testing.T) { checkPauseResume(t, vm, c) })
 	t.Run("snapshot and restore", func(t *testing.T) { checkSnapshot(t, tgt, d, vm, c, cfg) })
 	t.Run("disk switch", func(t *testing.T) { checkDiskSwitch(t, tgt, vm, c, cfg) })
+	t.Run("release and adopt", func(t *testing.T) {
+		if avm := checkAdopt(t, d, vm, c, cfg); avm != nil {
+			vm = avm
+		}
+	})
 	t.Run("stop", func(t *testing.T) { checkStopEndedCtx(t, vm) })
+}
+
+// checkAdopt: a released VM keeps running with its guest's exec sessions,
+// Adopt by its Process gives a VM that dials the agent again and finds the
+// session's whole output; Adopt of a process that is not the VMM (another
+// start time) is ErrNotRunning. A backend whose Adopt is ErrUnsupported
+// skips. It returns the adopted VM (nil when skipped before the release).
+func checkAdopt(t *testing.T, d vmm.Driver, vm vmm.VM, c *agentclient.Client, cfg vmm.Config) vmm.VM {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := d.Adopt(ctx, cfg, vmm.Process{}); errors.Is(err, vmm.ErrUnsupported) {
+		t.Skip("the backend cannot adopt a VMM (vmm.ErrUnsupported)")
+	} else if !errors.Is(err, vmm.ErrNotRunning) {
+		t.Errorf("adopt of pid 0: got %v, want ErrNotRunning", err)
+	}
+	id, err := c.Start(ctx, agentclient.Command{Shell: "echo before; sleep 2; echo after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := vm.Process()
+	if err := vm.Release(); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	c.Close()
+	if _, err := vm.Dial(ctx, channel.AgentPort); !errors.Is(err, vmm.ErrNotRunning) {
+		t.Errorf("dial of a released vm: got %v, want ErrNotRunning", err)
+	}
+	if _, err := d.Adopt(ctx, cfg, vmm.Process{PID: p.PID, StartTime: p.StartTime + 1}); !errors.Is(err, vmm.ErrNotRunning) {
+		t.Errorf("adopt with another start time: got %v, want ErrNotRunning", err)
+	}
+	avm, err := d.Adopt(ctx, cfg, p)
+	if err != nil {
+		t.Fatalf("adopt: %v", err)
+	}
+	if avm.PID() != p.PID || avm.Process() != p {
+		t.Errorf("adopted pid %d (%v), want %v", avm.PID(), avm.Process(), p)
+	}
+	conn, err := avm.Dial(ctx, channel.AgentPort)
+	if err != nil {
+		t.Fatalf("dial the adopted vm: %v", err)
+	}
+	ac := agentclient.New(conn)
+	defer ac.Close()
+	var out bytes.Buffer
+	exit, err := ac.Follow(ctx, id, 0, func(o agentclient.Output) error { out.Write(o.Data); return nil })
+	if err != nil || exit.Code != 0 || out.String() != "before\nafter\n" {
+		t.Errorf("the session across the adoption: got %q exit %v err %v, want before and after", out.String(), exit.Code, err)
+	}
+	if err := avm.Pause(ctx); err != nil {
+		t.Errorf("pause the adopted vm: %v", err)
+	} else if err := avm.Resume(ctx); err != nil {
+		t.Errorf("resume the adopted vm: %v", err)
+	}
+	return avm
 }
 
 // checkInvalidConfig: a config that fails Validate (here a Net without a

@@ -178,6 +178,26 @@ func (d *FakeDriver) Restore(ctx context.Context, cfg vmm.Config, dir string) (v
 	return d.launch(ctx, cfg, dir, st)
 }
 
+// Adopt takes back a VM of d that was released (FakeVM.Release) and still
+// runs, found by its fake pid and start time; anything else is
+// vmm.ErrNotRunning. It is the same *FakeVM, whose guest kept its sessions.
+func (d *FakeDriver) Adopt(ctx context.Context, cfg vmm.Config, p vmm.Process) (vmm.VM, error) {
+	for _, vm := range d.VMs() {
+		if vm.Process() != p {
+			continue
+		}
+		vm.mu.Lock()
+		rel := vm.released
+		vm.released = false
+		vm.mu.Unlock()
+		if !rel || vm.running() != nil {
+			break
+		}
+		return vm, nil
+	}
+	return nil, fmt.Errorf("vmmtest: adopt %s: no released fake vm %d: %w", cfg.ID, p.PID, vmm.ErrNotRunning)
+}
+
 func (d *FakeDriver) launch(ctx context.Context, cfg vmm.Config, from string, st fakeState) (*FakeVM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -34,9 +34,10 @@ type FakeVM struct {
 	ready time.Time // when the agent answers; zero until a restored VM resumes
 	disks []vmm.Disk
 
-	endOnce sync.Once
-	exitErr error
-	done    chan struct{}
+	endOnce  sync.Once
+	exitErr  error
+	done     chan struct{}
+	released bool // by Release, until an Adopt (guarded by mu)
 }
 
 var (
@@ -65,7 +66,26 @@ func (v *FakeVM) Wait(ctx context.Context) error {
 	}
 }
 
+// Process identifies the fake VMM: its fake pid, and a start time of 1.
+func (v *FakeVM) Process() vmm.Process { return vmm.Process{PID: v.pid, StartTime: 1} }
+
+// Release lets go of the VM as a hostd that stops would: its guest (agent,
+// sessions, processes) keeps running, and every call fails with
+// vmm.ErrNotRunning until the driver's Adopt takes it back. Done stays open.
+func (v *FakeVM) Release() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.released = true
+	return nil
+}
+
 func (v *FakeVM) running() error {
+	v.mu.Lock()
+	rel := v.released
+	v.mu.Unlock()
+	if rel {
+		return vmm.ErrNotRunning
+	}
 	select {
 	case <-v.done:
 		return vmm.ErrNotRunning

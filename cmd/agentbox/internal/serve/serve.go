@@ -1,5 +1,8 @@
 // Package serve is `agentbox serve`: it runs hostd in the foreground until
-// SIGINT or SIGTERM.
+// SIGINT or SIGTERM. Then it stops accepting requests, lets those in
+// flight finish within --shutdown-timeout and cuts the rest, and leaves the
+// running sandboxes running for the next hostd (--drain-on-exit deletes
+// them instead).
 package serve
 
 import (
@@ -8,6 +11,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -57,6 +61,10 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "egress-upstream-ca", Usage: "PEM `FILE` of extra roots the egress proxy trusts for upstream TLS"},
 			&cli.StringSliceFlag{Name: "insecure-registry", Usage: "allow plain HTTP to this registry `HOST:PORT` for image templates (loopback always may; repeatable)"},
 			&cli.StringSliceFlag{Name: "image-import-dir", Usage: "let API callers build templates from OCI layouts and tarballs under this `DIR` (repeatable)"},
+			&cli.BoolFlag{Name: "drain-on-exit", Usage: "delete every sandbox when hostd stops (by default running sandboxes run on and the next hostd re-adopts them)",
+				Sources: cli.EnvVars("AGENTBOX_DRAIN_ON_EXIT")},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM, how long requests in flight may finish before they are cut",
+				Sources: cli.EnvVars("AGENTBOX_SHUTDOWN_TIMEOUT")},
 			&cli.StringFlag{Name: "registry-auth-file", Usage: "Docker config `FILE` with registry credentials for image templates"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -88,6 +96,9 @@ func Command() *cli.Command {
 				Logger:           log,
 				VMMUser:          cmd.String("vmm-user"),
 				MountRoots:       cmd.StringSlice("mount-root"),
+				LeaveRunning:     true,
+				DrainOnExit:      cmd.Bool("drain-on-exit"),
+				ShutdownTimeout:  cmd.Duration("shutdown-timeout"),
 			}
 			if p := cmd.String("limits"); p != "" {
 				if err := hostd.LoadLimits(p, &cfg); err != nil {

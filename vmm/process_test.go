@@ -1,0 +1,63 @@
+package vmm
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestHandle: a process opened by pid and start time is signalled through
+// its pidfd and Done closes at its exit; a wrong start time, or a process
+// that exited, is ErrProcessGone; Close lets go of a live one.
+func TestHandle(t *testing.T) {
+	start := func() (*exec.Cmd, Process) {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		p, err := Identify(cmd.Process.Pid)
+		if err != nil || !p.Alive() {
+			t.Fatalf("identify: %v %v", p, err)
+		}
+		return cmd, p
+	}
+	cmd, p := start()
+	if _, err := OpenProcess(Process{PID: p.PID, StartTime: p.StartTime + 1}); !errors.Is(err, ErrProcessGone) {
+		t.Errorf("open with another start time: got %v, want ErrProcessGone", err)
+	}
+	h, err := OpenProcess(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done not closed after SIGKILL")
+	}
+	h.Close()
+	_ = cmd.Wait()
+	if p.Alive() {
+		t.Error("a reaped process is alive")
+	}
+	if _, err := OpenProcess(p); !errors.Is(err, ErrProcessGone) {
+		t.Errorf("open of a reaped process: got %v, want ErrProcessGone", err)
+	}
+	_, p2 := start()
+	h2, err := OpenProcess(p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.Close()
+	if !p2.Alive() {
+		t.Error("Close ended the process")
+	}
+	if err := h2.Signal(syscall.SIGKILL); err != nil || !p2.Alive() {
+		t.Errorf("signal after Close: %v (alive %v), want nothing sent", err, p2.Alive())
+	}
+}
