@@ -20,8 +20,8 @@ func abuses(o options) []abuse {
 	secs := int(o.abuseFor.Seconds())
 	return []abuse{
 		{"fork bomb (pids limit 128)", shAbuse(secs, `f(){ f | f & }; f; sleep 100000`)},
-		{"disk fill to ENOSPC (disk 256 MiB)", shAbuse(0, `dd if=/dev/zero of=/root/fill bs=1M 2>&1 | tail -1; rm -f /root/fill`)},
-		{"memory hog (guest OOM)", shAbuse(secs, `tail /dev/zero`)},
+		{"disk fill to ENOSPC (disk_mib 512)", shAbuse(0, `dd if=/dev/zero of=/root/fill bs=1M 2>&1 | tail -1; rm -f /root/fill`)},
+		{"memory hog (tail /dev/zero)", shAbuse(secs, `tail /dev/zero`)},
 		{fmt.Sprintf("%d MiB of output, streamed", o.outputMiB), outputAbuse(o.outputMiB)},
 		{fmt.Sprintf("%d files created and listed", o.listFiles), listAbuse(o.listFiles)},
 	}

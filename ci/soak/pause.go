@@ -31,8 +31,7 @@ sha256sum f* | sort`, o.files)
 		return err
 	}
 	defer c.Signal(context.WithoutCancel(ctx), sb.ID, counterID, "SIGKILL")
-	time.Sleep(time.Second)
-	last, err := readCounter(ctx, c, sb.ID)
+	last, err := waitCounter(ctx, c, sb.ID)
 	if err != nil {
 		return err
 	}
@@ -110,6 +109,19 @@ func readCounter(ctx context.Context, c *client.Client, id string) (int, error) 
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(out))
+}
+
+// waitCounter reads the counter once the process has written it (its
+// start can take a while on a loaded host).
+func waitCounter(ctx context.Context, c *client.Client, id string) (int, error) {
+	deadline := time.Now().Add(opTimeout)
+	for {
+		n, err := readCounter(ctx, c, id)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return n, err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func sessionRunning(ctx context.Context, c *client.Client, id, execID string) (bool, error) {
