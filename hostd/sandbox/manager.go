@@ -70,6 +70,12 @@ type Options struct {
 	// Mounts is the operator's mount policy (the host roots that host
 	// mounts may use).
 	Mounts mounts.Config
+	// BaseSnapshots makes creates with no template or snapshot restores of
+	// a built-in snapshot of the booted base image (base.go).
+	BaseSnapshots bool
+	// BasePool is how many paused sandboxes of the default shape's base
+	// snapshot are kept warm (with BaseSnapshots; 0 keeps none).
+	BasePool int
 }
 
 // Validate checks the options.
@@ -102,6 +108,7 @@ type Manager struct {
 	reg   registry
 	pools pools
 	warm  warm
+	bases bases
 	nets  networks
 	rec   flight
 	// limits resolves requests' limits (it knows the base image's size).
@@ -241,8 +248,19 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	}
 	defer m.mnts.unstage(opts.Mounts) // the clones a failed create staged
 	gitEgress(&opts)
-	if opts.Template != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
-		if b, rec, ok := m.warm.claim(ctx, opts); ok {
+	var plan baseCreate // see base.go
+	if src == nil {
+		plan = m.planBase(ctx, opts)
+		if plan.capture != "" {
+			defer m.bases.claimBuild(plan.capture, false)
+		}
+	}
+	pool := plan.pool
+	if opts.Template != "" {
+		pool = opts.Template
+	}
+	if pool != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
+		if b, rec, ok := m.warm.claim(ctx, pool, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
 				m.teardown(b, err)
 				m.reg.remove(b.id)
@@ -267,17 +285,34 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if src != nil {
 		m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionRestore, SnapshotID: src.ID, SourceID: src.SandboxID})
 	}
+	if plan.src != nil {
+		src = plan.src
+	}
 	var b *box
+	t0 := time.Now()
 	err = m.nets.attach(ctx, id, opts.Network)
+	m.log.Debug("create phase", "sandbox_id", id, "phase", "network", "took", time.Since(t0))
 	switch {
 	case err != nil:
 	case src != nil:
 		b, err = m.restore(ctx, rec, *src, true)
 	default:
 		b, err = m.boot(ctx, rec, opts)
+		if err == nil && plan.capture != "" {
+			err = m.captureBase(ctx, b, rec, plan.capture)
+			if err != nil {
+				_ = b.vm.Stop(context.WithoutCancel(ctx))
+				b.end(err)
+			} else if p := m.basePool(plan.capture); p != "" {
+				m.warm.refillLater(p)
+			}
+		}
 	}
 	if err == nil {
-		if err = m.mnts.start(ctx, b, opts.Mounts); err != nil {
+		t0 := time.Now()
+		err = m.mnts.start(ctx, b, opts.Mounts)
+		m.log.Debug("create phase", "sandbox_id", id, "phase", "mounts", "took", time.Since(t0))
+		if err != nil {
 			_ = b.vm.Stop(context.WithoutCancel(ctx))
 			b.end(err)
 		}
@@ -293,7 +328,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
 	}
-	return m.adopt(ctx, b, rec)
+	t0 = time.Now()
+	info, err := m.adopt(ctx, b, rec)
+	m.log.Debug("create phase", "sandbox_id", id, "phase", "adopt", "took", time.Since(t0))
+	return info, err
 }
 
 // adopt makes a booted box a running sandbox: records, TTL, watcher.
@@ -346,9 +384,11 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	}
 	b := m.newBox(ctx, rec)
 	b.overlay = b.nextOverlay()
+	ph := m.phases(rec.ID, "boot")
 	if err := disk.CreateOverlay(ctx, base, b.overlay, 0); err != nil {
 		return nil, err
 	}
+	ph.done("overlay")
 	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
@@ -363,19 +403,24 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	if err != nil {
 		return nil, err
 	}
+	ph.done("cgroup")
 	vm, err := m.opts.Driver.Start(ctx, cfg)
 	if err != nil {
 		b.removeCgroup()
 		return nil, err
 	}
 	b.vm = vm
+	ph.done("vmm_start") // process spawn and QMP
 	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		b.removeCgroup()
 		return nil, err
 	}
+	ph.done("agent")                         // kernel, guestinit and the channel handshake
 	if err := setClock(ctx, b); err != nil { // see clock.go
 		m.log.Warn("guest clock not set", "sandbox_id", b.id, "err", err)
 	}
+	ph.done("clock")
+	ph.guest(cfg.ConsoleLog)
 	return b, nil
 }
 

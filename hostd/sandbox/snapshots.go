@@ -127,23 +127,27 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	b := m.newBox(ctx, rec)
 	b.snapshotID, b.cwd = sn.ID, sn.Cwd
 	b.overlay = b.nextOverlay()
+	ph := m.phases(rec.ID, "restore")
 	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
 		return nil, err
 	}
 	if err := m.opts.VMMOwner.own(rec.Dir); err != nil {
 		return nil, err
 	}
+	ph.done("overlay") // checksums (first use) and the overlay
 	defer m.opts.Metrics.Since("restore", time.Now())
 	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
 	if err != nil {
 		return nil, err
 	}
+	ph.done("cgroup")
 	vm, err := m.snaps.Restore(ctx, m.opts.Driver, cfg, sn)
 	if err != nil {
 		b.removeCgroup()
 		return nil, err
 	}
 	b.vm = vm
+	ph.done("vmm_restore") // process spawn, QMP, incoming migration
 	if !wake {
 		return b, nil
 	}
@@ -153,15 +157,15 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 // wake resumes a restored VM, connects its agent, and sets its clock,
 // entropy and (for a new sandbox) its identity before any user command.
 func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
-	t0 := time.Now()
+	ph := m.phases(b.id, "wake")
 	if err := b.vm.Resume(ctx); err != nil {
 		return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
 	}
-	t1 := time.Now()
+	ph.done("resume")
 	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		return err
 	}
-	t2 := time.Now()
+	ph.done("agent") // channel reset and handshake
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
@@ -175,6 +179,6 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
 	}
-	m.log.Debug("sandbox woken", "sandbox_id", b.id, "resume", t1.Sub(t0), "connect", t2.Sub(t1), "prepare", time.Since(t2))
+	ph.done("clock_entropy_identity")
 	return nil
 }
