@@ -4,6 +4,8 @@ package sandbox_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -50,6 +52,21 @@ func TestBaseSnapshot(t *testing.T) {
 	}
 	if got := sh(t, m, claimed.ID, "echo $WHO; cat /root/mine 2>/dev/null || echo none"); got != "claimed\nnone\n" {
 		t.Errorf("claimed sandbox: got %q, want its own env and not the first one's file", got)
+	}
+	// A restored sandbox has memory of its own, so its forks share their
+	// snapshot's memory file as a booted sandbox's do.
+	forks, err := m.Fork(ctx, restored.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, m, forks[0].ID, "echo $((6*7))"); got != "42\n" {
+		t.Errorf("fork of a restored sandbox: got %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(data, "snapshots", forks[0].SnapshotID, "memory")); err != nil {
+		t.Errorf("fork snapshot of a restored sandbox: %v, want its memory as a file", err)
+	}
+	if err := m.Delete(ctx, forks[0].ID); err != nil {
+		t.Fatal(err)
 	}
 	cold, err := m.Create(ctx, sandbox.CreateOptions{Boot: sandbox.BootCold})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
@@ -140,6 +141,9 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	if err != nil {
 		return nil, err
 	}
+	// A base snapshot's sandboxes are forked like booted ones: their own
+	// memory keeps their snapshots' memory a file that forks share.
+	cfg.OwnMemory = sn.Kind == baseKind
 	ph.done("cgroup")
 	vm, err := m.snaps.Restore(ctx, m.opts.Driver, cfg, sn)
 	if err != nil {
@@ -172,11 +176,16 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	err = errors.Join(c.SetTime(ctx, time.Now()), c.Reseed(ctx, entropy))
-	if identity && err == nil {
-		err = c.SetIdentity(ctx, b.id, randomHex(16))
+	// One round trip, not three: the agent serves the calls concurrently.
+	var wg sync.WaitGroup
+	var errs [3]error
+	wg.Go(func() { errs[0] = c.SetTime(ctx, time.Now()) })
+	wg.Go(func() { errs[1] = c.Reseed(ctx, entropy) })
+	if identity {
+		wg.Go(func() { errs[2] = c.SetIdentity(ctx, b.id, randomHex(16)) })
 	}
-	if err != nil {
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
 		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
 	}
 	ph.done("clock_entropy_identity")
