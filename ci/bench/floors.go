@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -61,7 +62,7 @@ func measureFloors(ctx context.Context, n int, p *progress) (floors, error) {
 	if err != nil {
 		return f, err
 	}
-	d, err := qemu.New(qemu.Options{Accel: accel()})
+	d, err := qemu.New(qemu.Options{Accel: accel(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return f, err
 	}

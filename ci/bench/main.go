@@ -46,6 +46,8 @@ func run() error {
 	coreOnly := flag.Bool("core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
 	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
 	jsonOut := flag.String("json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
+	density := flag.Int("density", 0, "run only the density bench: start this many sandboxes from one template")
+	densityLimit := flag.Duration("density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
 	p := &progress{start: time.Now(), w: os.Stderr}
 	t := &table{}
@@ -73,7 +75,7 @@ func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := &env{t: t, p: p}
-	if !*recOnly {
+	if !*recOnly && *density == 0 {
 		fl, err := measureFloors(ctx, *boots, p)
 		if err != nil {
 			return fmt.Errorf("floors: %w", err)
@@ -94,6 +96,12 @@ func run() error {
 	e.c = c
 	if *recOnly {
 		if err := benchRecorder(ctx, c, t, *execs); err != nil {
+			return err
+		}
+		return done()
+	}
+	if *density > 0 {
+		if err := benchDensity(ctx, e, *density, *densityLimit); err != nil {
 			return err
 		}
 		return done()

@@ -33,7 +33,9 @@ type figure struct {
 type table struct{ figs []figure }
 
 // add is a figure without a floor.
-func (t *table) add(name, value, note string) { t.figs = append(t.figs, figure{Name: name, Text: value, Note: note}) }
+func (t *table) add(name, value, note string) {
+	t.figs = append(t.figs, figure{Name: name, Text: value, Note: note})
+}
 
 // dur adds a duration with its floor (0: none) and goal.
 func (t *table) dur(name string, d time.Duration, floorName string, floor time.Duration, goal, note string) {

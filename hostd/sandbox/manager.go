@@ -288,16 +288,45 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if plan.src != nil {
 		src = plan.src
 	}
-	var b *box
+	b, err := m.start(ctx, rec, opts, src, plan)
+	if err != nil {
+		m.log.Error("create failed", "sandbox_id", id, "err", err)
+		m.nets.detach(id)
+		m.reg.remove(id)
+		removeDir(rec.Dir, m.log)
+		if b != nil {
+			b.removeCgroup()
+		}
+		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
+		return Info{}, fmt.Errorf("sandbox: create: %w", err)
+	}
 	t0 := time.Now()
-	err = m.nets.attach(ctx, id, opts.Network)
-	m.log.Debug("create phase", "sandbox_id", id, "phase", "network", "took", time.Since(t0))
+	info, err := m.adopt(ctx, b, rec)
+	m.log.Debug("create phase", "sandbox_id", id, "phase", "adopt", "took", time.Since(t0))
+	return info, err
+}
+
+// start makes sandbox rec's network, disk and VM (restoring src, or booting
+// and, for plan.capture, capturing the base snapshot) and serves its mounts.
+func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptions, src *store.Snapshot, plan baseCreate) (*box, error) {
+	id := rec.ID
+	var err error
+	var b *box
+	// The network (namespace, tap, nftables, proxy) is made while the disk
+	// is: boot and restore wait for it only to configure the VM.
+	netDone := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		err := m.nets.attach(ctx, id, opts.Network)
+		m.log.Debug("create phase", "sandbox_id", id, "phase", "network", "took", time.Since(t0))
+		netDone <- err
+	}()
+	netOnce := sync.OnceValue(func() error { return <-netDone })
 	switch {
-	case err != nil:
 	case src != nil:
-		b, err = m.restore(ctx, rec, *src, true)
+		b, err = m.restore(ctx, rec, *src, true, netOnce)
 	default:
-		b, err = m.boot(ctx, rec, opts)
+		b, err = m.boot(ctx, rec, opts, netOnce)
 		if err == nil && plan.capture != "" {
 			err = m.captureBase(ctx, b, rec, plan.capture)
 			if err != nil {
@@ -317,21 +346,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 			b.end(err)
 		}
 	}
-	if err != nil {
-		m.log.Error("create failed", "sandbox_id", id, "err", err)
-		m.nets.detach(id)
-		m.reg.remove(id)
-		removeDir(rec.Dir, m.log)
-		if b != nil {
-			b.removeCgroup()
-		}
-		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
-		return Info{}, fmt.Errorf("sandbox: create: %w", err)
+	if err == nil {
+		err = netOnce() // waited for already; here for the error
+	} else {
+		_ = netOnce() // the attach ends before its network is removed
 	}
-	t0 = time.Now()
-	info, err := m.adopt(ctx, b, rec)
-	m.log.Debug("create phase", "sandbox_id", id, "phase", "adopt", "took", time.Since(t0))
-	return info, err
+	return b, err
 }
 
 // adopt makes a booted box a running sandbox: records, TTL, watcher.
@@ -374,7 +394,7 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 // boot makes the sandbox's disk on opts.BaseImage ("" for hostd's base
 // image), starts its VM (on opts.Kernel and Initramfs, if set) and
 // connects its agent.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions) (*box, error) {
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions, netReady func() error) (*box, error) {
 	base := opts.BaseImage
 	if base == "" {
 		base = m.opts.BaseImage
@@ -392,6 +412,10 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
+	if err := netReady(); err != nil {
+		return nil, err
+	}
+	ph.done("network_wait")
 	vc := m.vmConfig(rec, b.overlay)
 	if opts.Kernel != "" {
 		vc.Kernel = opts.Kernel

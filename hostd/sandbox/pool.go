@@ -196,7 +196,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 		var b *box
 		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
 		if err == nil {
-			b, err = w.m.restore(ctx, rec, sn, false)
+			b, err = w.m.restore(ctx, rec, sn, false, func() error { return nil })
 		}
 		if err == nil {
 			err = w.prewarm(ctx, b)

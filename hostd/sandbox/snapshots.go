@@ -121,7 +121,7 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 // restore starts box rec from snapshot sn and, when wake is set, resumes it
 // with a fresh clock, entropy and identity. Without wake the VM stays
 // paused (a warm pool entry).
-func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snapshot, wake bool) (*box, error) {
+func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snapshot, wake bool, netReady func() error) (*box, error) {
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -136,6 +136,10 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 		return nil, err
 	}
 	ph.done("overlay") // checksums (first use) and the overlay
+	if err := netReady(); err != nil {
+		return nil, err
+	}
+	ph.done("network_wait")
 	defer m.opts.Metrics.Since("restore", time.Now())
 	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
 	if err != nil {

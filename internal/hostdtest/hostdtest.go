@@ -49,7 +49,8 @@ func Start(t testing.TB, data string, tweaks ...func(*hostd.Config)) *Hostd {
 		// captured, the rest restore), but no warm pool: a paused VM per
 		// test hostd that most tests never claim is CPU and memory the
 		// other tests need. A tweak turns it on.
-		BasePool: -1,
+		// AGENTBOX_BASE_SNAPSHOTS=off boots every sandbox (to compare).
+		BasePool: -1, BaseSnapshots: os.Getenv("AGENTBOX_BASE_SNAPSHOTS"),
 	}
 	for _, tw := range tweaks {
 		tw(&cfg)
