@@ -39,6 +39,10 @@ type Config struct {
 	VMM string
 	// Accel is auto, kvm or tcg (QEMU).
 	Accel string
+	// TCGTBSizeMiB, if set, bounds each QEMU's TCG translation cache
+	// (-accel tcg,tb-size=N; QEMU's default is much larger): less host
+	// memory per sandbox under TCG, at some retranslation.
+	TCGTBSizeMiB int
 	// DefaultVCPUs and DefaultMemoryMiB size sandboxes that don't say.
 	DefaultVCPUs     int
 	DefaultMemoryMiB int

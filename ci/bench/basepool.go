@@ -65,7 +65,7 @@ func benchBasePool(ctx context.Context, e *env) error {
 // waitBasePool waits until hostd's metrics show a warm sandbox in the base
 // snapshot's pool (agentbox_pool_ready{template="@base:..."}).
 func waitBasePool(ctx context.Context, url, key string) error {
-	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 		if err != nil {
 			return err

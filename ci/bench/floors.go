@@ -62,7 +62,7 @@ func measureFloors(ctx context.Context, n int, p *progress) (floors, error) {
 	if err != nil {
 		return f, err
 	}
-	d, err := qemu.New(qemu.Options{Accel: accel(), Logger: slog.New(slog.DiscardHandler)})
+	d, err := qemu.New(qemu.Options{Accel: accel(), Logger: slog.New(slog.DiscardHandler), TBSizeMiB: tbSize})
 	if err != nil {
 		return f, err
 	}

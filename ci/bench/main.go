@@ -46,6 +46,7 @@ func run() error {
 	coreOnly := flag.Bool("core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
 	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
 	jsonOut := flag.String("json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
+	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
 	density := flag.Int("density", 0, "run only the density bench: start this many sandboxes from one template")
 	densityLimit := flag.Duration("density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
@@ -166,6 +167,9 @@ func startHostd(ctx context.Context, e *env) (*client.Client, func(), error) {
 	})
 }
 
+// tbSize is -tb-size: hostd's TCGTBSizeMiB.
+var tbSize int
+
 // lastURL is the API address of the hostd startHostdWith started last.
 var lastURL string
 
@@ -186,6 +190,7 @@ func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Cl
 	const key = "ab_bench"
 	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: key, VMM: "qemu", Accel: accel,
 		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	cfg.TCGTBSizeMiB = tbSize
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -201,7 +206,11 @@ func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Cl
 		cancel()
 		<-done
 		logf.Close()
-		os.RemoveAll(data)
+		if os.Getenv("AGENTBOX_BENCH_KEEP") == "" {
+			os.RemoveAll(data)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: kept", data)
+		}
 	}
 	select {
 	case a := <-addr:

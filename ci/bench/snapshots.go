@@ -125,7 +125,7 @@ func (s *snapshotBench) warm(ctx context.Context, _ client.Sandbox, sn client.Sn
 }
 
 func (s *snapshotBench) waitWarm(ctx context.Context, name string) error {
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		tpl, err := s.c.GetTemplate(ctx, name)
 		if err != nil {
 			return err

@@ -29,6 +29,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.DataDir, "data-dir", os.Getenv("AGENTBOX_DATA_DIR"), "data directory (default "+hostd.DefaultDataDir+")")
 	fs.StringVar(&cfg.VMM, "vmm", os.Getenv("AGENTBOX_VMM"), "auto, qemu or cloud-hypervisor")
 	fs.StringVar(&cfg.Accel, "accel", os.Getenv("AGENTBOX_ACCEL"), "auto, kvm or tcg")
+	fs.IntVar(&cfg.TCGTBSizeMiB, "tcg-tb-size", 0, "TCG translation cache per VM in MiB (0: QEMU's default)")
 	fs.StringVar(&cfg.Kernel, "kernel", "", "guest kernel (PVH vmlinux)")
 	fs.StringVar(&cfg.Initramfs, "initramfs", "", "guest initramfs")
 	fs.StringVar(&cfg.BaseImage, "base-image", "", "base root filesystem (qcow2)")
