@@ -18,7 +18,12 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	t := &table{}
+	if err := run(t); err != nil {
+		if len(t.figs) > 0 {
+			fmt.Println("(partial: the bench failed)")
+			t.print(os.Stdout)
+		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -36,7 +41,7 @@ type env struct {
 	url, key string
 }
 
-func run() error {
+func run(t *table) error {
 	boots := flag.Int("boots", 5, "cold boots (and restores, bare boots) to measure")
 	execs := flag.Int("execs", 200, "exec round trips to measure")
 	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
@@ -51,7 +56,6 @@ func run() error {
 	densityLimit := flag.Duration("density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
 	p := &progress{start: time.Now(), w: os.Stderr}
-	t := &table{}
 	done := func() error {
 		t.print(os.Stdout)
 		return t.writeJSON(*jsonOut)
