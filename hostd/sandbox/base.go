@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/snapshot"
 )
@@ -61,7 +62,7 @@ func (m *Manager) baseShapeOf(opts CreateOptions) (baseShape, bool) {
 	if !m.opts.BaseSnapshots || opts.Boot == BootCold || opts.BaseImage != "" || opts.Kernel != "" || opts.Initramfs != "" {
 		return baseShape{}, false
 	}
-	nic := m.nets.net != nil && opts.Network != nil && opts.Network.Mode != "none"
+	nic := m.nets.net != nil && opts.Network != nil && opts.Network.Mode != egress.ModeNone
 	return baseShape{vcpus: opts.VCPUs, memMiB: opts.MemoryMiB, nic: nic}, true
 }
 
