@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 )
 
 // ErrNoQemuImg is returned when qemu-img is not installed.
@@ -24,14 +25,77 @@ func CreateOverlay(ctx context.Context, base, path string, size int64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(abs); err != nil {
+	fi, err := os.Stat(abs)
+	if err != nil {
 		return fmt.Errorf("disk: base image: %w", err)
+	}
+	// A fresh overlay's bytes depend only on its base and size: the first
+	// one of each is made by qemu-img, the rest are copies of it (a copy of
+	// a few hundred KiB instead of a qemu-img process on every create).
+	key := overlayKey{base: abs, size: size, baseSize: fi.Size(), baseMod: fi.ModTime().UnixNano()}
+	if b, ok := overlays.get(key); ok {
+		return writeNew(path, b)
 	}
 	args := []string{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", abs, "-o", "cluster_size=65536", path}
 	if size > 0 {
 		args = append(args, strconv.FormatInt(size, 10))
 	}
 	if _, err := qemuImg(ctx, args...); err != nil {
+		return fmt.Errorf("disk: create overlay %s: %w", path, err)
+	}
+	if b, err := os.ReadFile(path); err == nil && len(b) <= maxCachedOverlay {
+		overlays.put(key, b)
+	}
+	return nil
+}
+
+// overlayKey names the fresh overlays that are alike.
+type overlayKey struct {
+	base              string
+	size              int64
+	baseSize, baseMod int64
+}
+
+// maxCachedOverlay and maxCachedOverlays bound the cache of fresh overlays
+// (one is ~200 KiB, mostly zeros).
+const (
+	maxCachedOverlay  = 1 << 20
+	maxCachedOverlays = 64
+)
+
+// overlayCache holds the bytes of one fresh overlay per key.
+type overlayCache struct {
+	mu sync.Mutex
+	m  map[overlayKey][]byte
+}
+
+var overlays overlayCache
+
+func (c *overlayCache) get(k overlayKey) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[k]
+	return b, ok
+}
+
+func (c *overlayCache) put(k overlayKey, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedOverlays {
+		c.m = map[overlayKey][]byte{} // start over: bases come and go
+	}
+	c.m[k] = b
+}
+
+// writeNew writes b to a new file at path.
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("disk: create overlay %s: %w", path, err)
+	}
+	_, err = f.Write(b)
+	if err = errors.Join(err, f.Close()); err != nil {
+		os.Remove(path)
 		return fmt.Errorf("disk: create overlay %s: %w", path, err)
 	}
 	return nil

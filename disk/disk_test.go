@@ -1,7 +1,9 @@
 package disk
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -36,6 +38,23 @@ func TestCreateOverlay(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a second overlay of a base is a copy, and sound", func(t *testing.T) {
+		first, second := filepath.Join(dir, "base size.qcow2"), filepath.Join(dir, "second.qcow2") // first: qemu-img's
+		if err := CreateOverlay(ctx, base, second, 0); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := os.ReadFile(first)
+		b, _ := os.ReadFile(second)
+		if !bytes.Equal(a, b) {
+			t.Error("the copied overlay differs from qemu-img's")
+		}
+		if _, err := qemuImg(ctx, "check", "-q", second); err != nil {
+			t.Errorf("qemu-img check of the copy: %v", err)
+		}
+		if err := CreateOverlay(ctx, base, second, 0); err == nil {
+			t.Error("an overlay over an existing file: got nil error")
+		}
+	})
 	if err := CreateOverlay(ctx, filepath.Join(dir, "missing"), filepath.Join(dir, "x"), 0); err == nil {
 		t.Error("got nil error for a missing base")
 	}

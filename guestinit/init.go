@@ -41,6 +41,7 @@ func Main() {
 
 // run boots the guest and serves the agent; it returns only on failure.
 func run(log *slog.Logger, booted time.Time) error {
+	ph := newPhases(booted)
 	args := parseCmdline(readCmdline())
 	if args["agentbox.probe"] == "1" {
 		fmt.Fprintln(os.Stdout, channel.ProbeMarker)
@@ -52,6 +53,7 @@ func run(log *slog.Logger, booted time.Time) error {
 		return fmt.Errorf("load modules: %w", err)
 	}
 	log.Info("modules loaded", "count", loaded)
+	ph.done("modules")
 	root := args["agentbox.root"]
 	if root == "" {
 		root = "/dev/vda"
@@ -62,6 +64,7 @@ func run(log *slog.Logger, booted time.Time) error {
 	if err := lateMounts(); err != nil {
 		return err
 	}
+	ph.done("root")
 	if h := args["agentbox.hostname"]; h != "" {
 		if err := unix.Sethostname([]byte(h)); err != nil {
 			return fmt.Errorf("sethostname: %w", err)
@@ -75,11 +78,13 @@ func run(log *slog.Logger, booted time.Time) error {
 	} else if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	ph.done("net")
 	reaper := NewReaper()
 	if err := serveAgent(log, reaper, booted, args["agentbox.watch"] != "off"); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stdout, "%s in %v\n", ReadyMarker, time.Since(booted).Round(time.Millisecond))
+	ph.done("agent")
+	fmt.Fprintf(os.Stdout, "%s in %v%s\n", ReadyMarker, time.Since(booted).Round(time.Millisecond), ph)
 	reaper.Run(log) // never returns
 	return errors.New("reaper stopped")
 }

@@ -39,6 +39,10 @@ type Config struct {
 	VMM string
 	// Accel is auto, kvm or tcg (QEMU).
 	Accel string
+	// TCGTBSizeMiB, if set, bounds each QEMU's TCG translation cache
+	// (-accel tcg,tb-size=N; QEMU's default is much larger): less host
+	// memory per sandbox under TCG, at some retranslation.
+	TCGTBSizeMiB int
 	// DefaultVCPUs and DefaultMemoryMiB size sandboxes that don't say.
 	DefaultVCPUs     int
 	DefaultMemoryMiB int
@@ -96,6 +100,15 @@ type Config struct {
 	// EventRetention, if set, drops events older than it (checked with
 	// the reaper's round); zero keeps the log forever.
 	EventRetention time.Duration
+	// BaseSnapshots is "on" (default: a create with neither template nor
+	// snapshot restores a built-in snapshot of the booted base image, made
+	// by the first such create of each shape; see hostd/sandbox base.go) or
+	// "off" (every such create boots the base image).
+	BaseSnapshots string
+	// BasePool is how many paused sandboxes of the default shape's base
+	// snapshot are kept warm for creates to claim (default 1; negative:
+	// none).
+	BasePool int
 	// MountRoots are the host directories under which sandboxes' host
 	// mounts may take their source; none disables host mounts.
 	MountRoots []string
@@ -142,6 +155,10 @@ func (c Config) WithDefaults() Config {
 	def(&c.Accel, "auto")
 	def(&c.Network, "proxy")
 	def(&c.Recorder, "on")
+	def(&c.BaseSnapshots, "on")
+	if c.BasePool == 0 {
+		c.BasePool = 1
+	}
 	if c.DefaultVCPUs == 0 {
 		c.DefaultVCPUs = 1
 	}

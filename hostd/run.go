@@ -77,7 +77,8 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB, Logger: log,
 		Network: network,
 		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec, EventRetention: cfg.EventRetention,
-		Mounts: mounts.Config{HostRoots: cfg.MountRoots, Secrets: box, GitHosts: cfg.EgressHosts, GitCAFile: cfg.EgressUpstreamCA},
+		Mounts:        mounts.Config{HostRoots: cfg.MountRoots, Secrets: box, GitHosts: cfg.EgressHosts, GitCAFile: cfg.EgressUpstreamCA},
+		BaseSnapshots: cfg.BaseSnapshots != "off", BasePool: max(cfg.BasePool, 0),
 	}
 	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
 		return err

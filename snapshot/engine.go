@@ -27,6 +27,9 @@ const (
 	KindSnapshot = "snapshot"
 	KindFork     = "fork"
 	KindStep     = "step"
+	// KindBase is a host's built-in snapshot of its booted base image,
+	// which creates without a template restore; kept like KindSnapshot.
+	KindBase = "base"
 )
 
 // ErrInUse refuses to delete a snapshot that something still uses.

@@ -84,6 +84,15 @@ type Config struct {
 	// Net, if set, gives the guest one virtio-net NIC on a tap device.
 	// Nil means no network device at all.
 	Net *Net
+	// OwnMemory, for Restore, gives the VM a private copy of the
+	// snapshot's memory instead of mapping it copy-on-write: its start
+	// copies the snapshot's memory, and shares none of it with other VMs
+	// restored from it, but the VM's own snapshots keep memory as a file
+	// that their restores share (QEMU: a VM on a private mapping can only
+	// migrate its RAM in the stream). hostd sets it for restores of its
+	// base snapshot, whose sandboxes are forked like booted ones. Backends
+	// without the distinction ignore it.
+	OwnMemory bool
 }
 
 // Net is the guest's NIC: a tap device opened by the caller (in the

@@ -18,31 +18,55 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	t := &table{}
+	if err := run(t); err != nil {
+		if len(t.figs) > 0 {
+			fmt.Println("(partial: the bench failed)")
+			t.print(os.Stdout)
+		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	boots := flag.Int("boots", 5, "cold boots to measure")
+// env is what the product benchmarks share: the hostd client, the table,
+// the floors measured first, the progress line and hostd's create phases.
+type env struct {
+	c  *client.Client
+	t  *table
+	fl floors
+	p  *progress
+	ph *phases
+	// url and key reach the hostd's API directly (metrics).
+	url, key string
+}
+
+func run(t *table) error {
+	boots := flag.Int("boots", 5, "cold boots (and restores, bare boots) to measure")
 	execs := flag.Int("execs", 200, "exec round trips to measure")
 	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
 	netOnly := flag.Bool("network-only", false, "run only the egress proxy benchmarks")
 	recOnly := flag.Bool("recorder-only", false, "run only the flight recorder's cost")
 	mountsOnly := flag.Bool("mounts-only", false, "run only the mounts' throughput")
+	coreOnly := flag.Bool("core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
 	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
+	jsonOut := flag.String("json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
+	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
+	density := flag.Int("density", 0, "run only the density bench: start this many sandboxes from one template")
+	densityLimit := flag.Duration("density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
+	p := &progress{start: time.Now(), w: os.Stderr}
+	done := func() error {
+		t.print(os.Stdout)
+		return t.writeJSON(*jsonOut)
+	}
 	if *mountsOnly {
-		t := &table{}
 		if err := benchMounts(context.Background(), t); err != nil {
 			return err
 		}
-		t.print(os.Stdout)
-		return nil
+		return done()
 	}
 	if *netOnly {
-		t := &table{}
 		if err := benchNetwork(t, *requests); err != nil {
 			return err
 		}
@@ -51,25 +75,43 @@ func run() error {
 				return err
 			}
 		}
-		t.print(os.Stdout)
-		return nil
+		return done()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, stop, err := startHostd(ctx)
+	e := &env{t: t, p: p}
+	if !*recOnly && *density == 0 {
+		fl, err := measureFloors(ctx, *boots, p)
+		if err != nil {
+			return fmt.Errorf("floors: %w", err)
+		}
+		e.fl = fl
+		t.dur(fmt.Sprintf("floor: bare boot (same kernel, trivial init) → answers, p50 of %d", *boots), fl.boot, "", 0, "", "no agent, network, disk or cgroups")
+		t.dur("floor: bare clone (memory file mapped copy-on-write) → answers, p50 of 3", fl.clone, "", 0, "", "")
+		t.dur("floor: bare restore (memory in the migration stream) → answers, p50 of 3", fl.restore, "", 0, "", "")
+		t.rate("floor: raw agent-channel stream host → guest", fl.inMiBs, "", 0, "", "virtio-serial, 64 MiB")
+		t.rate("floor: raw agent-channel stream guest → host", fl.outMiBs, "", 0, "", "virtio-serial, 64 MiB")
+	}
+	p.step("starting hostd")
+	c, stop, err := startHostd(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	t := &table{}
+	e.c = c
 	if *recOnly {
 		if err := benchRecorder(ctx, c, t, *execs); err != nil {
 			return err
 		}
-		t.print(os.Stdout)
-		return nil
+		return done()
 	}
-	cold, err := benchBoot(ctx, c, t, *boots)
+	if *density > 0 {
+		if err := benchDensity(ctx, e, *density, *densityLimit); err != nil {
+			return err
+		}
+		return done()
+	}
+	cold, err := benchBoot(ctx, e, *boots)
 	if err != nil {
 		return err
 	}
@@ -78,34 +120,62 @@ func run() error {
 		return err
 	}
 	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
-	for _, b := range []func(context.Context, *client.Client, client.Sandbox, *table, int) error{benchExec, benchFiles, benchServices, benchIdle} {
-		if err := b(ctx, c, sb, t, *execs); err != nil {
+	for _, b := range []func(context.Context, *env, client.Sandbox, int) error{benchExec, benchFiles} {
+		if err := b(ctx, e, sb, *execs); err != nil {
 			return err
 		}
 	}
-	if err := benchSnapshots(ctx, c, t, cold); err != nil {
+	if err := benchSnapshots(ctx, e, cold); err != nil {
 		return err
 	}
+	if err := benchBasePool(ctx, e); err != nil {
+		return err
+	}
+	if *coreOnly {
+		return done()
+	}
+	p.step("services")
+	if err := benchServices(ctx, c, sb, t, *execs); err != nil {
+		return err
+	}
+	if err := benchIdle(ctx, e, sb, *execs); err != nil {
+		return err
+	}
+	p.step("flight recorder")
 	if err := benchRecorder(ctx, c, t, *execs); err != nil {
 		return err
 	}
+	p.step("egress proxy")
 	if err := benchNetwork(t, *requests); err != nil {
 		return err
 	}
+	p.step("downloads from a sandbox")
 	if err := benchGuestDownload(ctx, t); err != nil {
 		return err
 	}
+	p.step("mounts")
 	if err := benchMounts(ctx, t); err != nil {
 		return err
 	}
-	t.print(os.Stdout)
-	return nil
+	return done()
 }
 
-// startHostd runs hostd in this process with TCG unless AGENTBOX_ACCEL says.
-func startHostd(ctx context.Context) (*client.Client, func(), error) {
-	return startHostdWith(ctx, nil)
+// startHostd runs hostd in this process with TCG unless AGENTBOX_ACCEL says,
+// without a base warm pool (so creates restore the base snapshot; the pool
+// is benchBasePool's), collecting its create phases into e.
+func startHostd(ctx context.Context, e *env) (*client.Client, func(), error) {
+	return startHostdWith(ctx, func(cfg *hostd.Config) {
+		cfg.BasePool = -1
+		e.ph = newPhases(cfg.Logger.Handler())
+		cfg.Logger = slog.New(e.ph)
+	})
 }
+
+// tbSize is -tb-size: hostd's TCGTBSizeMiB.
+var tbSize int
+
+// lastURL is the API address of the hostd startHostdWith started last.
+var lastURL string
 
 // startHostdWith is startHostd with a hook that adjusts the config.
 func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Client, func(), error) {
@@ -123,7 +193,8 @@ func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Cl
 	}
 	const key = "ab_bench"
 	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: key, VMM: "qemu", Accel: accel,
-		Logger: slog.New(slog.NewTextHandler(logf, nil))}
+		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	cfg.TCGTBSizeMiB = tbSize
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -139,11 +210,16 @@ func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Cl
 		cancel()
 		<-done
 		logf.Close()
-		os.RemoveAll(data)
+		if os.Getenv("AGENTBOX_BENCH_KEEP") == "" {
+			os.RemoveAll(data)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: kept", data)
+		}
 	}
 	select {
 	case a := <-addr:
-		c, err := client.New("http://"+a, key)
+		lastURL = "http://" + a
+		c, err := client.New(lastURL, key)
 		if err != nil {
 			stop()
 			return nil, nil, err

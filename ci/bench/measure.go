@@ -16,28 +16,6 @@ import (
 	"github.com/agentbox/agentbox/client"
 )
 
-// table collects the figures to print.
-type table struct{ rows [][3]string }
-
-func (t *table) add(name, value, note string) { t.rows = append(t.rows, [3]string{name, value, note}) }
-
-func (t *table) print(w io.Writer) {
-	width := [3]int{}
-	for _, r := range t.rows {
-		for i, c := range r {
-			width[i] = max(width[i], len(c))
-		}
-	}
-	line := func(r [3]string) {
-		fmt.Fprintf(w, "| %-*s | %*s | %-*s |\n", width[0], r[0], width[1], r[1], width[2], r[2])
-	}
-	line([3]string{"benchmark", "value", "notes"})
-	fmt.Fprintf(w, "|%s|%s|%s|\n", strings.Repeat("-", width[0]+2), strings.Repeat("-", width[1]+2), strings.Repeat("-", width[2]+2))
-	for _, r := range t.rows {
-		line(r)
-	}
-}
-
 func pct(d []time.Duration, p float64) time.Duration {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
@@ -47,28 +25,62 @@ func pct(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
-func benchBoot(ctx context.Context, c *client.Client, t *table, n int) (time.Duration, error) {
-	var d []time.Duration
-	for i := 0; i < n; i++ {
-		start := time.Now()
-		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
-		if err != nil {
-			return 0, err
-		}
-		d = append(d, time.Since(start))
-		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-			return 0, err
-		}
+// benchBoot measures cold boots (boot: cold) and creates that restore the
+// base snapshot, with their per-phase breakdowns; it returns the cold p50.
+func benchBoot(ctx context.Context, e *env, n int) (time.Duration, error) {
+	cold, err := e.creates(ctx, "cold boot", n, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512, Boot: client.CreateSandboxRequestBootCold})
+	if err != nil {
+		return 0, err
 	}
-	t.add("cold boot → agent ready (create API), p50 of "+strconv.Itoa(n), ms(pct(d, 0.5)), "min "+ms(pct(d, 0))+", max "+ms(pct(d, 1)))
-	return pct(d, 0.5), nil
+	e.t.dur(fmt.Sprintf("cold boot → agent ready (create, boot: cold), p50 of %d", n), pct(cold, 0.5), "bare boot", e.fl.boot,
+		"≤ 1.2× floor", "min "+ms(pct(cold, 0))+", max "+ms(pct(cold, 1)))
+	e.t.addPhases("cold", e.ph)
+	first, err := e.creates(ctx, "first create (boot + base snapshot)", 1, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
+	if err != nil {
+		return 0, err
+	}
+	e.t.dur("first create without a template (cold boot + base snapshot capture)", first[0], "", 0, "", "once per shape and boot assets")
+	e.ph.take()
+	base, err := e.creates(ctx, "create (base snapshot)", n, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
+	if err != nil {
+		return 0, err
+	}
+	e.t.dur(fmt.Sprintf("create without a template (base snapshot restore) → agent ready, p50 of %d", n), pct(base, 0.5), "bare clone", e.fl.clone,
+		"≤ 400 ms", "min "+ms(pct(base, 0))+", max "+ms(pct(base, 1)))
+	e.t.addPhases("base restore", e.ph)
+	return pct(cold, 0.5), nil
 }
 
-func benchExec(ctx context.Context, c *client.Client, sb client.Sandbox, t *table, n int) error {
+// creates times n creates of req (deleting each).
+func (e *env) creates(ctx context.Context, what string, n int, req client.CreateSandboxRequest) ([]time.Duration, error) {
+	var d []time.Duration
+	for i := range n {
+		e.p.step(fmt.Sprintf("%s %d/%d", what, i+1, n))
+		start := time.Now()
+		sb, err := e.c.CreateSandbox(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(start))
+		if err := e.c.DeleteSandbox(ctx, sb.ID); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func benchExec(ctx context.Context, e *env, sb client.Sandbox, n int) error {
+	e.p.step("floor: `true` spawned inside the guest")
+	floor, err := guestTrue(ctx, e.c, sb.ID)
+	if err != nil {
+		return err
+	}
+	e.fl.guestTrue = floor
+	e.p.step(fmt.Sprintf("exec round trips (%d)", n))
 	var guest, local []time.Duration
 	for i := 0; i < n; i++ {
 		start := time.Now()
-		if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		if _, err := e.c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil {
 			return err
 		}
 		guest = append(guest, time.Since(start))
@@ -79,32 +91,52 @@ func benchExec(ctx context.Context, c *client.Client, sb client.Sandbox, t *tabl
 		local = append(local, time.Since(start))
 	}
 	p50, p99, l50 := pct(guest, 0.5), pct(guest, 0.99), pct(local, 0.5)
-	t.add(fmt.Sprintf("exec `true` round trip (API), p50 / p99 of %d", n), ms(p50)+" / "+ms(p99), "")
-	t.add("local fork/exec of `true` on the host, p50", ms(l50), "baseline, same run")
-	t.add("exec round trip ÷ local fork/exec (p50)", fmt.Sprintf("%.1f×", float64(p50)/float64(l50)), "")
+	e.t.dur(fmt.Sprintf("exec `true` round trip (API), p50 of %d", n), p50, "`true` in the guest", floor, "≤ 1.3× floor", "p99 "+ms(p99))
+	e.t.dur("local fork/exec of `true` on the host, p50", l50, "", 0, "", "baseline, same run")
 	return nil
 }
 
-func benchFiles(ctx context.Context, c *client.Client, sb client.Sandbox, t *table, _ int) error {
+// guestTrue is the p50 of `/bin/true` spawned inside the guest, timed there.
+func guestTrue(ctx context.Context, c *client.Client, id string) (time.Duration, error) {
+	const script = `import subprocess, time
+d = []
+for _ in range(30):
+    t = time.perf_counter_ns(); subprocess.run(["/bin/true"]); d.append(time.perf_counter_ns() - t)
+d.sort(); print(d[len(d)//2])`
+	r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: []string{"python3", "-c", script}})
+	if err != nil {
+		return 0, err
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(r.Stdout), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("guest true: %q: %w", r.Stdout, err)
+	}
+	return time.Duration(ns), nil
+}
+
+func benchFiles(ctx context.Context, e *env, sb client.Sandbox, _ int) error {
+	e.p.step("64 MiB file write and read")
 	data := make([]byte, 64<<20)
 	rand.Read(data)
 	start := time.Now()
-	if err := c.WriteFile(ctx, sb.ID, "/root/bench.bin", 0o644, bytes.NewReader(data)); err != nil {
+	if err := e.c.WriteFile(ctx, sb.ID, "/root/bench.bin", 0o644, bytes.NewReader(data)); err != nil {
 		return err
 	}
 	w := time.Since(start)
 	start = time.Now()
-	if err := c.ReadFile(ctx, sb.ID, "/root/bench.bin", io.Discard); err != nil {
+	if err := e.c.ReadFile(ctx, sb.ID, "/root/bench.bin", io.Discard); err != nil {
 		return err
 	}
 	r := time.Since(start)
-	mibs := func(d time.Duration) string { return fmt.Sprintf("%.1f MiB/s", 64/d.Seconds()) }
-	t.add("64 MiB file write (API → guest disk, fsynced)", mibs(w), ms(w))
-	t.add("64 MiB file read (guest → API)", mibs(r), ms(r))
+	mibs := func(d time.Duration) float64 { return 64 / d.Seconds() }
+	e.t.rate("64 MiB file write (API → guest disk, fsynced)", mibs(w), "raw channel in", e.fl.inMiBs, "≥ 0.7× floor", ms(w))
+	e.t.rate("64 MiB file read (guest → API)", mibs(r), "raw channel out", e.fl.outMiBs, "≥ 0.7× floor", ms(r))
 	return nil
 }
 
-func benchIdle(ctx context.Context, c *client.Client, sb client.Sandbox, t *table, _ int) error {
+func benchIdle(ctx context.Context, e *env, sb client.Sandbox, _ int) error {
+	e.p.step("idle CPU of one sandbox (12 s)")
+	t := e.t
 	const window = 10 * time.Second
 	time.Sleep(2 * time.Second) // let the last transfer settle
 	before, err := cpuTicks(sb.VMPID)

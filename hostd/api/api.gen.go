@@ -48,6 +48,27 @@ func (e AuditEventType) Valid() bool {
 	}
 }
 
+// Defines values for CreateSandboxRequestBoot.
+const (
+	CreateSandboxRequestBootAuto  CreateSandboxRequestBoot = "auto"
+	CreateSandboxRequestBootCold  CreateSandboxRequestBoot = "cold"
+	CreateSandboxRequestBootEmpty CreateSandboxRequestBoot = ""
+)
+
+// Valid indicates whether the value is a known member of the CreateSandboxRequestBoot enum.
+func (e CreateSandboxRequestBoot) Valid() bool {
+	switch e {
+	case CreateSandboxRequestBootAuto:
+		return true
+	case CreateSandboxRequestBootCold:
+		return true
+	case CreateSandboxRequestBootEmpty:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateSandboxRequestOnTimeout.
 const (
 	CreateSandboxRequestOnTimeoutDelete CreateSandboxRequestOnTimeout = "delete"
@@ -511,6 +532,12 @@ type AuditEventType string
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
+	// Boot How a sandbox with neither snapshot nor template starts: auto
+	// (default) restores hostd's built-in snapshot of the booted base
+	// image (or claims a warm sandbox of it); cold boots the base
+	// image. Ignored with a snapshot or template.
+	Boot CreateSandboxRequestBoot `json:"boot,omitempty"`
+
 	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default).
 	CPUQuota float64 `json:"cpu_quota,omitempty"`
 
@@ -584,6 +611,12 @@ type CreateSandboxRequest struct {
 	// VCPUs Virtual CPUs (0 = default).
 	VCPUs int `json:"vcpus,omitempty"`
 }
+
+// CreateSandboxRequestBoot How a sandbox with neither snapshot nor template starts: auto
+// (default) restores hostd's built-in snapshot of the booted base
+// image (or claims a warm sandbox of it); cold boots the base
+// image. Ignored with a snapshot or template.
+type CreateSandboxRequestBoot string
 
 // CreateSandboxRequestOnTimeout What the end of timeout_s does (default delete).
 type CreateSandboxRequestOnTimeout string

@@ -63,6 +63,7 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		SecretEnv: req.SecretEnv,
 		Snapshot:  req.Snapshot,
 		Template:  req.Template,
+		Boot:      bootOf(req.Boot),
 		Limits:    limitsOf(req),
 		Caller:    KeyName(r.Context()),
 		Mounts:    toMounts(req.Mounts),
@@ -253,4 +254,12 @@ func (s *server) secretsExist(ctx context.Context, names []string) error {
 		}
 	}
 	return nil
+}
+
+// bootOf maps the request's boot choice to the manager's.
+func bootOf(b CreateSandboxRequestBoot) string {
+	if b == CreateSandboxRequestBootCold {
+		return sandbox.BootCold
+	}
+	return sandbox.BootAuto
 }

@@ -71,6 +71,12 @@ type Options struct {
 	// Mounts is the operator's mount policy (the host roots that host
 	// mounts may use).
 	Mounts mounts.Config
+	// BaseSnapshots makes creates with no template or snapshot restores of
+	// a built-in snapshot of the booted base image (base.go).
+	BaseSnapshots bool
+	// BasePool is how many paused sandboxes of the default shape's base
+	// snapshot are kept warm (with BaseSnapshots; 0 keeps none).
+	BasePool int
 }
 
 // Validate checks the options.
@@ -103,6 +109,7 @@ type Manager struct {
 	reg   registry
 	pools pools
 	warm  warm
+	bases bases
 	nets  networks
 	rec   flight
 	// limits resolves requests' limits (it knows the base image's size).
@@ -242,8 +249,19 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	}
 	defer m.mnts.unstage(opts.Mounts) // the clones a failed create staged
 	gitEgress(&opts)
-	if opts.Template != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
-		if b, rec, ok := m.warm.claim(ctx, opts); ok {
+	var plan baseCreate // see base.go
+	if src == nil {
+		plan = m.planBase(ctx, opts)
+		if plan.capture != "" {
+			defer m.bases.claimBuild(plan.capture, false)
+		}
+	}
+	pool := plan.pool
+	if opts.Template != "" {
+		pool = opts.Template
+	}
+	if pool != "" && m.limits.isDefault(opts.Limits) && len(opts.Mounts) == 0 {
+		if b, rec, ok := m.warm.claim(ctx, pool, opts); ok {
 			if err := m.opts.Store.PutSandboxLimits(ctx, b.id, opts.Limits); err != nil {
 				m.teardown(b, err)
 				m.reg.remove(b.id)
@@ -268,22 +286,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if src != nil {
 		m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionRestore, SnapshotID: src.ID, SourceID: src.SandboxID})
 	}
-	var b *box
-	err = m.nets.attach(ctx, id, opts.Network)
-	switch {
-	case err != nil:
-	case src != nil:
-		b, err = m.restore(ctx, rec, *src, true)
-	default:
-		b, err = m.boot(ctx, rec, opts)
+	if plan.src != nil {
+		src = plan.src
 	}
-	if err == nil {
-		fault.Point("create:booted")
-		if err = m.mnts.start(ctx, b, opts.Mounts); err != nil {
-			_ = b.vm.Stop(context.WithoutCancel(ctx))
-			b.end(err)
-		}
-	}
+	b, err := m.start(ctx, rec, opts, src, plan)
 	if err != nil {
 		m.log.Error("create failed", "sandbox_id", id, "err", err)
 		m.nets.detach(id)
@@ -295,7 +301,59 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
 		return Info{}, fmt.Errorf("sandbox: create: %w", err)
 	}
-	return m.adopt(ctx, b, rec)
+	t0 := time.Now()
+	info, err := m.adopt(ctx, b, rec)
+	m.log.Debug("create phase", "sandbox_id", id, "phase", "adopt", "took", time.Since(t0))
+	return info, err
+}
+
+// start makes sandbox rec's network, disk and VM (restoring src, or booting
+// and, for plan.capture, capturing the base snapshot) and serves its mounts.
+func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptions, src *store.Snapshot, plan baseCreate) (*box, error) {
+	id := rec.ID
+	var err error
+	var b *box
+	// The network (namespace, tap, nftables, proxy) is made while the disk
+	// is: boot and restore wait for it only to configure the VM.
+	netDone := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		err := m.nets.attach(ctx, id, opts.Network)
+		m.log.Debug("create phase", "sandbox_id", id, "phase", "network", "took", time.Since(t0))
+		netDone <- err
+	}()
+	netOnce := sync.OnceValue(func() error { return <-netDone })
+	switch {
+	case src != nil:
+		b, err = m.restore(ctx, rec, *src, true, netOnce)
+	default:
+		b, err = m.boot(ctx, rec, opts, netOnce)
+		if err == nil && plan.capture != "" {
+			err = m.captureBase(ctx, b, rec, plan.capture)
+			if err != nil {
+				_ = b.vm.Stop(context.WithoutCancel(ctx))
+				b.end(err)
+			} else if p := m.basePool(plan.capture); p != "" {
+				m.warm.refillLater(p)
+			}
+		}
+	}
+	if err == nil {
+		fault.Point("create:booted")
+		t0 := time.Now()
+		err = m.mnts.start(ctx, b, opts.Mounts)
+		m.log.Debug("create phase", "sandbox_id", id, "phase", "mounts", "took", time.Since(t0))
+		if err != nil {
+			_ = b.vm.Stop(context.WithoutCancel(ctx))
+			b.end(err)
+		}
+	}
+	if err == nil {
+		err = netOnce() // waited for already; here for the error
+	} else {
+		_ = netOnce() // the attach ends before its network is removed
+	}
+	return b, err
 }
 
 // adopt makes a booted box a running sandbox: records, TTL, watcher.
@@ -341,7 +399,7 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 // boot makes the sandbox's disk on opts.BaseImage ("" for hostd's base
 // image), starts its VM (on opts.Kernel and Initramfs, if set) and
 // connects its agent.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions) (*box, error) {
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions, netReady func() error) (*box, error) {
 	base := opts.BaseImage
 	if base == "" {
 		base = m.opts.BaseImage
@@ -351,12 +409,18 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	}
 	b := m.newBox(ctx, rec)
 	b.overlay = b.nextOverlay()
+	ph := m.phases(rec.ID, "boot")
 	if err := disk.CreateOverlay(ctx, base, b.overlay, 0); err != nil {
 		return nil, err
 	}
+	ph.done("overlay")
 	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {
 		return nil, err
 	}
+	if err := netReady(); err != nil {
+		return nil, err
+	}
+	ph.done("network_wait")
 	vc := m.vmConfig(rec, b.overlay)
 	if opts.Kernel != "" {
 		vc.Kernel = opts.Kernel
@@ -368,19 +432,24 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	if err != nil {
 		return nil, err
 	}
+	ph.done("cgroup")
 	vm, err := m.opts.Driver.Start(ctx, cfg)
 	if err != nil {
 		b.removeCgroup()
 		return nil, err
 	}
 	b.vm = vm
+	ph.done("vmm_start") // process spawn and QMP
 	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		b.removeCgroup()
 		return nil, err
 	}
+	ph.done("agent")                         // kernel, guestinit and the channel handshake
 	if err := setClock(ctx, b); err != nil { // see clock.go
 		m.log.Warn("guest clock not set", "sandbox_id", b.id, "err", err)
 	}
+	ph.done("clock")
+	ph.guest(cfg.ConsoleLog)
 	return b, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,32 +135,35 @@ type warm struct{ m *Manager }
 
 // claim takes a warm sandbox of opts.Template, if one is ready, and wakes
 // it as a new sandbox. The pool refills in the background.
-func (w *warm) claim(ctx context.Context, opts CreateOptions) (*box, store.Sandbox, bool) {
-	p := w.m.pools.of(opts.Template)
-	defer w.refillLater(opts.Template)
+func (w *warm) claim(ctx context.Context, name string, opts CreateOptions) (*box, store.Sandbox, bool) {
+	p := w.m.pools.of(name)
+	defer w.refillLater(name)
 	for {
 		e, ok := p.take()
 		if !ok {
 			return nil, store.Sandbox{}, false
 		}
+		ph := w.m.phases(e.b.id, "claim")
 		e.rec.Env, e.rec.Metadata, e.rec.TimeoutS, e.rec.CreatedAt = opts.Env, opts.Metadata, opts.TimeoutS, time.Now().UTC()
 		if err := w.m.opts.Store.PutSandbox(ctx, e.rec); err != nil {
 			w.discard(e)
 			return nil, store.Sandbox{}, false
 		}
+		ph.done("record")
 		if err := w.m.nets.claim(ctx, e.b.id, opts.Network); err != nil {
 			w.m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
 			p.put(e, true)
 			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			return nil, store.Sandbox{}, false
 		}
+		ph.done("policy")
 		if err := w.m.wake(ctx, e.b, true); err != nil {
 			w.m.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
 			w.discard(e)
 			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			continue
 		}
-		w.m.log.Info("warm sandbox claimed", "sandbox_id", e.b.id, "template", opts.Template)
+		w.m.log.Info("warm sandbox claimed", "sandbox_id", e.b.id, "pool", name)
 		return e.b, e.rec, true
 	}
 }
@@ -179,16 +183,11 @@ func (w *warm) refill(ctx context.Context, name string) {
 	}
 	defer p.fill(false)
 	for !w.m.closing() {
-		t, err := w.m.opts.Store.GetTemplate(ctx, name)
+		sn, size, err := w.source(ctx, name)
 		if err != nil {
 			return // deleted
 		}
-		if p.size() >= t.PoolSize {
-			return
-		}
-		sn, err := w.m.opts.Store.GetSnapshot(ctx, t.SnapshotID)
-		if err != nil {
-			w.m.log.Error("pool: template snapshot", "template", name, "err", err)
+		if p.size() >= size {
 			return
 		}
 		id := newSandboxID()
@@ -197,7 +196,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 		var b *box
 		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
 		if err == nil {
-			b, err = w.m.restore(ctx, rec, sn, false)
+			b, err = w.m.restore(ctx, rec, sn, false, func() error { return nil })
 		}
 		if err == nil {
 			err = w.prewarm(ctx, b)
@@ -217,6 +216,27 @@ func (w *warm) refill(ctx context.Context, name string) {
 			w.drainPool(name)
 		}
 	}
+}
+
+// source is the snapshot that pool name restores and the pool's size: a
+// template's, or a base snapshot's (base.go).
+func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, error) {
+	if key, ok := strings.CutPrefix(name, basePoolPrefix); ok {
+		sn, found := w.m.findBase(ctx, key)
+		if !found {
+			return sn, 0, store.ErrNotFound
+		}
+		return sn, w.m.opts.BasePool, nil
+	}
+	t, err := w.m.opts.Store.GetTemplate(ctx, name)
+	if err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	sn, err := w.m.opts.Store.GetSnapshot(ctx, t.SnapshotID)
+	if err != nil {
+		w.m.log.Error("pool: template snapshot", "template", name, "err", err)
+	}
+	return sn, t.PoolSize, err
 }
 
 // prewarm runs a restored pool VM briefly, so its agent is connected and the
@@ -323,6 +343,7 @@ func (w *warm) startPools(ctx context.Context) error {
 	for _, t := range ts {
 		w.refillLater(t.Name)
 	}
+	w.m.startBasePool(ctx)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
@@ -128,30 +129,41 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 // restore starts box rec from snapshot sn and, when wake is set, resumes it
 // with a fresh clock, entropy and identity. Without wake the VM stays
 // paused (a warm pool entry).
-func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snapshot, wake bool) (*box, error) {
+func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snapshot, wake bool, netReady func() error) (*box, error) {
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	b := m.newBox(ctx, rec)
 	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
 	b.overlay = b.nextOverlay()
+	ph := m.phases(rec.ID, "restore")
 	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
 		return nil, err
 	}
 	if err := m.opts.VMMOwner.own(rec.Dir); err != nil {
 		return nil, err
 	}
+	ph.done("overlay") // checksums (first use) and the overlay
+	if err := netReady(); err != nil {
+		return nil, err
+	}
+	ph.done("network_wait")
 	defer m.opts.Metrics.Since("restore", time.Now())
 	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
 	if err != nil {
 		return nil, err
 	}
+	// A base snapshot's sandboxes are forked like booted ones: their own
+	// memory keeps their snapshots' memory a file that forks share.
+	cfg.OwnMemory = sn.Kind == baseKind
+	ph.done("cgroup")
 	vm, err := m.snaps.Restore(ctx, m.opts.Driver, cfg, sn)
 	if err != nil {
 		b.removeCgroup()
 		return nil, err
 	}
 	b.vm = vm
+	ph.done("vmm_restore") // process spawn, QMP, incoming migration
 	if !wake {
 		return b, nil
 	}
@@ -161,28 +173,33 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 // wake resumes a restored VM, connects its agent, and sets its clock,
 // entropy and (for a new sandbox) its identity before any user command.
 func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
-	t0 := time.Now()
+	ph := m.phases(b.id, "wake")
 	if err := b.vm.Resume(ctx); err != nil {
 		return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
 	}
-	t1 := time.Now()
+	ph.done("resume")
 	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
 		return err
 	}
-	t2 := time.Now()
+	ph.done("agent") // channel reset and handshake
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	err = errors.Join(c.SetTime(ctx, time.Now()), c.Reseed(ctx, entropy))
-	if identity && err == nil {
-		err = c.SetIdentity(ctx, b.id, randomHex(16))
+	// One round trip, not three: the agent serves the calls concurrently.
+	var wg sync.WaitGroup
+	var errs [3]error
+	wg.Go(func() { errs[0] = c.SetTime(ctx, time.Now()) })
+	wg.Go(func() { errs[1] = c.Reseed(ctx, entropy) })
+	if identity {
+		wg.Go(func() { errs[2] = c.SetIdentity(ctx, b.id, randomHex(16)) })
 	}
-	if err != nil {
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
 		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
 	}
-	m.log.Debug("sandbox woken", "sandbox_id", b.id, "resume", t1.Sub(t0), "connect", t2.Sub(t1), "prepare", time.Since(t2))
+	ph.done("clock_entropy_identity")
 	return nil
 }

@@ -109,6 +109,9 @@ type CreateOptions struct {
 	// (its vcpus and memory win) instead of booting the base image.
 	Snapshot string
 	Template string
+	// Boot is BootAuto (a create with neither restores the built-in base
+	// snapshot, base.go) or BootCold (boot the base image).
+	Boot string
 	// BaseImage, if set, is the read-only qcow2 base a booted sandbox's
 	// disk overlays instead of hostd's base image (a template built from
 	// an OCI image boots its own base once; its snapshot's layers then

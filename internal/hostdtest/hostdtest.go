@@ -45,6 +45,12 @@ func Start(t testing.TB, data string, tweaks ...func(*hostd.Config)) *Hostd {
 		Listen: "127.0.0.1:0", DataDir: data, APIKey: Key, VMM: "qemu", Accel: "tcg",
 		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage,
 		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Base snapshots stay on (a test hostd's first create boots and is
+		// captured, the rest restore), but no warm pool: a paused VM per
+		// test hostd that most tests never claim is CPU and memory the
+		// other tests need. A tweak turns it on.
+		// AGENTBOX_BASE_SNAPSHOTS=off boots every sandbox (to compare).
+		BasePool: -1, BaseSnapshots: os.Getenv("AGENTBOX_BASE_SNAPSHOTS"),
 	}
 	for _, tw := range tweaks {
 		tw(&cfg)

@@ -39,6 +39,9 @@ type Options struct {
 	// RunAs, if set, is the unprivileged user QEMU drops to (-runas) once
 	// it has opened its files; see runAsArgs.
 	RunAs string
+	// TBSizeMiB, if set, bounds TCG's translation cache per VM (-accel
+	// tcg,tb-size=N): less host memory per VM, more retranslation.
+	TBSizeMiB int
 }
 
 // Driver starts QEMU VMs.
@@ -47,6 +50,7 @@ type Driver struct {
 	accel  vmm.Accel
 	runAs  string
 	tscKHz int
+	tbMiB  int
 	log    *slog.Logger
 }
 
@@ -80,7 +84,7 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, runAs: opts.RunAs}, nil
+	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB}, nil
 }
 
 // Name is "qemu".
@@ -125,10 +129,14 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	if d.accel == vmm.AccelKVM {
 		cpu = "host"
 	}
+	accel := string(d.accel)
+	if d.accel == vmm.AccelTCG && d.tbMiB > 0 {
+		accel += ",tb-size=" + strconv.Itoa(d.tbMiB)
+	}
 	a := []string{
 		"-name", "agentbox-" + cfg.ID,
 		"-machine", "microvm,x-option-roms=off,rtc=on,memory-backend=mem",
-		"-accel", string(d.accel),
+		"-accel", accel,
 		"-cpu", cpu,
 		"-smp", strconv.Itoa(cfg.VCPUs),
 		"-m", strconv.Itoa(cfg.MemoryMiB) + "M",

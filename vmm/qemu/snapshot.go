@@ -176,9 +176,20 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.V
 	}
 	var o launchOpts
 	memory := ""
-	if meta.Memory == memFile {
+	ownCopy := meta.Memory == memFile && cfg.OwnMemory
+	switch {
+	case ownCopy:
+		if o.mem, err = newMemfd(cfg.ID, cfg.MemoryMiB); err != nil {
+			return nil, err
+		}
+		defer o.mem.Close()
+		if err := copyInto(o.mem, filepath.Join(dir, snapMemory)); err != nil {
+			return nil, fmt.Errorf("qemu: restore memory: %w", err)
+		}
+		memory = sharedMemory(cfg.MemoryMiB)
+	case meta.Memory == memFile:
 		memory = fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=off", cfg.MemoryMiB, filepath.Join(dir, snapMemory))
-	} else {
+	default:
 		if o.mem, err = newMemfd(cfg.ID, cfg.MemoryMiB); err != nil {
 			return nil, err
 		}
@@ -235,6 +246,40 @@ func (vm *VM) migrateFrom(ctx context.Context, path string) error {
 		return err
 	}
 	return vm.waitMigration(ctx, "query-migrate")
+}
+
+// copyInto copies the data extents of the sparse file at path into dst at
+// the same offsets (dst is a fresh memfd: its holes read as zeros).
+func copyInto(dst *os.File, path string) error {
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	fd := int(src.Fd())
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < fi.Size(); {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		if _, err := io.CopyBuffer(io.NewOffsetWriter(dst, data), io.NewSectionReader(src, data, hole-data), buf); err != nil {
+			return err
+		}
+		off = hole
+	}
+	return nil
 }
 
 // copySparse copies the data extents of src (size bytes) into a new file at

@@ -96,6 +96,8 @@ export interface CreateOptions {
   template?: string; snapshot?: string; vcpus?: number; memory_mib?: number; env?: Record<string, string>;
   timeout_s?: number; network?: Partial<NetworkPolicy>; secret_env?: Record<string, string>;
   metadata?: Record<string, string>;
+  /** "cold" boots the base image instead of restoring hostd's base snapshot (default "auto"). */
+  boot?: "auto" | "cold";
   /** The API's other create fields (cpu_quota, disk_mib, idle_timeout_s, …). */
   [limit: string]: unknown;
 }

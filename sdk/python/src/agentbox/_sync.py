@@ -45,7 +45,8 @@ class Client:
     ``api_key`` to ``$AGENTBOX_API_KEY``, else hostd's key file
     ``$AGENTBOX_DATA_DIR/api-key``. ``template`` (default
     ``$AGENTBOX_TEMPLATE``) is what :meth:`create` starts from when given
-    neither a template nor a snapshot (unset: a fresh boot of the base image).
+    neither a template nor a snapshot (unset: the base image, restored from
+    hostd's base snapshot).
     ``timeout`` bounds each read from hostd (default: none, since exec and
     files stream). Use it as a context manager, or call :meth:`close`.
     """
@@ -140,16 +141,19 @@ class Client:
         network: Optional[Mapping[str, Any]] = None,
         secret_env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        boot: Optional[str] = None,
         **limits: Any,
     ) -> "Sandbox":
         """Create and boot a sandbox; returns once it runs. ``limits`` are the
-        API's other create fields (``cpu_quota``, ``disk_mib``, ``idle_timeout_s``…)."""
+        API's other create fields (``cpu_quota``, ``disk_mib``, ``idle_timeout_s``…).
+        ``boot="cold"`` boots the base image instead of restoring hostd's base
+        snapshot."""
         if template is None and snapshot is None:
             template = self.default_template
         body = _core.create_body(
             template=template, snapshot=snapshot, vcpus=vcpus, memory_mib=memory_mib,
             env=dict(env or {}), timeout_s=timeout_s, network=dict(network) if network else None,
-            secret_env=dict(secret_env or {}), metadata=dict(metadata or {}), **limits,
+            secret_env=dict(secret_env or {}), metadata=dict(metadata or {}), boot=boot, **limits,
         )
         d = self._json("POST", "/v1/sandboxes", json=body, expect=(201,))
         return Sandbox(self, from_dict(SandboxInfo, d))

@@ -1,0 +1,280 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/snapshot"
+)
+
+// Boot choices of a create (CreateOptions.Boot).
+const (
+	// BootAuto restores the built-in base snapshot when there is one (the
+	// default).
+	BootAuto = ""
+	// BootCold boots the base image even when a base snapshot exists.
+	BootCold = "cold"
+)
+
+// Every create is a restore: a create with neither template nor snapshot
+// is served from a built-in base snapshot of the booted base image, one
+// per shape (vcpus, memory, NIC or none), kept as a snapshot of kind
+// snapshot.KindBase whose cache key names the digests of the kernel,
+// initramfs and base image it booted (so a changed asset makes a new one).
+// The first create of a shape boots cold and is captured right after its
+// agent answers (an idle, freshly booted guest); later creates restore
+// that snapshot, or claim a paused sandbox from its warm pool (the default
+// shape only, Options.BasePool), with their own identity, clock, entropy
+// and network like any restore.
+type bases struct {
+	mu       sync.Mutex
+	building map[string]bool
+	digest   string // of the boot assets, once known
+}
+
+// basePoolPrefix names a base snapshot's warm pool among the templates'.
+const basePoolPrefix = "@base:"
+
+// baseKind is the snapshot kind of base snapshots; the collector keeps them.
+const baseKind = snapshot.KindBase
+
+// baseShape is what a base snapshot is keyed by besides the assets.
+type baseShape struct {
+	vcpus, memMiB int
+	nic           bool
+}
+
+// baseShapeOf reports the shape of a resolved create, and false when the
+// create cannot be served from a base snapshot (its own base, kernel or
+// initramfs, a cold boot asked for, base snapshots off).
+func (m *Manager) baseShapeOf(opts CreateOptions) (baseShape, bool) {
+	if !m.opts.BaseSnapshots || opts.Boot == BootCold || opts.BaseImage != "" || opts.Kernel != "" || opts.Initramfs != "" {
+		return baseShape{}, false
+	}
+	nic := m.nets.net != nil && opts.Network != nil && opts.Network.Mode != egress.ModeNone
+	return baseShape{vcpus: opts.VCPUs, memMiB: opts.MemoryMiB, nic: nic}, true
+}
+
+// defaultShape is the shape of a create that says nothing: the one the
+// warm pool serves.
+func (m *Manager) defaultShape() baseShape {
+	return baseShape{vcpus: m.opts.DefaultVCPUs, memMiB: m.opts.DefaultMemoryMiB, nic: m.nets.net != nil}
+}
+
+// key is the cache key of the base snapshot of shape s.
+func (m *Manager) baseKey(s baseShape) (string, error) {
+	d, err := m.bases.assetDigest(m.opts.Kernel, m.opts.Initramfs, m.opts.BaseImage)
+	if err != nil {
+		return "", err
+	}
+	nic := "none"
+	if s.nic {
+		nic = "nic"
+	}
+	watch := "watch"
+	if m.opts.Recorder == nil {
+		watch = "nowatch"
+	}
+	return fmt.Sprintf("base:%s:%dx%d:%s:%s", d, s.vcpus, s.memMiB, nic, watch), nil
+}
+
+// find returns the newest base snapshot with key.
+func (m *Manager) findBase(ctx context.Context, key string) (store.Snapshot, bool) {
+	sn, err := m.opts.Store.FindSnapshotByKey(ctx, key)
+	if err != nil || sn.Kind != baseKind || sn.Backend != m.opts.Driver.Name() {
+		return store.Snapshot{}, false
+	}
+	if _, err := os.Stat(sn.Dir); err != nil {
+		return store.Snapshot{}, false
+	}
+	return sn, true
+}
+
+// claimBuild marks key's base snapshot as being made; false if it already
+// is (a concurrent first create then just boots).
+func (b *bases) claimBuild(key string, on bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.building == nil {
+		b.building = map[string]bool{}
+	}
+	if on && b.building[key] {
+		return false
+	}
+	if on {
+		b.building[key] = true
+	} else {
+		delete(b.building, key)
+	}
+	return true
+}
+
+// captureBase snapshots a freshly booted box as the base snapshot of key;
+// the box runs on, on a new overlay over the snapshot's layer. Older base
+// snapshots that nothing uses any more go.
+func (m *Manager) captureBase(ctx context.Context, b *box, rec store.Sandbox, key string) error {
+	t0 := time.Now()
+	c, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: map[string]string{}, Cwd: b.cwd}
+	sn, err := m.snaps.Capture(ctx, src, c, snapshot.Options{Kind: baseKind, CacheKey: key})
+	if err != nil {
+		return fmt.Errorf("base snapshot: %w", err)
+	}
+	b.overlay, b.snapshotID = src.Overlay, src.ParentID
+	m.log.Info("base snapshot made", "sandbox_id", b.id, "snapshot_id", sn.ID, "key", key, "took", time.Since(t0))
+	m.dropStaleBases(ctx, key)
+	return nil
+}
+
+// dropStaleBases deletes the base snapshots made from other boot assets
+// (a kernel, initramfs or base image since replaced) that nothing uses.
+func (m *Manager) dropStaleBases(ctx context.Context, key string) {
+	sns, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		return
+	}
+	assets := strings.Split(key, ":")[1]
+	for _, sn := range sns {
+		f := strings.Split(sn.CacheKey, ":")
+		if sn.Kind != baseKind || len(f) < 2 || f[1] == assets {
+			continue
+		}
+		if err := m.snaps.Delete(ctx, sn.ID); err == nil {
+			m.log.Info("stale base snapshot removed", "snapshot_id", sn.ID)
+		}
+	}
+}
+
+// basePool is the warm pool name of key, or "" when key has none.
+func (m *Manager) basePool(key string) string {
+	if m.opts.BasePool <= 0 {
+		return ""
+	}
+	dk, err := m.baseKey(m.defaultShape())
+	if err != nil || dk != key {
+		return ""
+	}
+	return basePoolPrefix + key
+}
+
+// startBasePool fills the default shape's warm pool at start, if its base
+// snapshot exists (otherwise the first create makes it, then the pool).
+func (m *Manager) startBasePool(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	if !m.opts.BaseSnapshots || m.opts.BasePool <= 0 {
+		return
+	}
+	m.spawn(func() {
+		key, err := m.baseKey(m.defaultShape())
+		if err != nil {
+			m.log.Warn("base snapshot: boot assets", "err", err)
+			return
+		}
+		if _, ok := m.findBase(ctx, key); ok {
+			m.warm.refill(ctx, basePoolPrefix+key)
+		}
+	})
+}
+
+// baseCreate picks how a create with no template or snapshot starts: from
+// the warm pool (claimed, ok), from the base snapshot (src), or by a boot
+// whose VM then becomes the base snapshot (capture is the key to capture
+// it under, "" for a plain boot).
+type baseCreate struct {
+	src     *store.Snapshot
+	capture string
+	pool    string
+}
+
+func (m *Manager) planBase(ctx context.Context, opts CreateOptions) baseCreate {
+	shape, ok := m.baseShapeOf(opts)
+	if !ok {
+		return baseCreate{}
+	}
+	key, err := m.baseKey(shape)
+	if err != nil {
+		m.log.Warn("base snapshot: boot assets; booting", "err", err)
+		return baseCreate{}
+	}
+	if sn, ok := m.findBase(ctx, key); ok {
+		return baseCreate{src: &sn, pool: m.basePool(key)}
+	}
+	if !m.bases.claimBuild(key, true) {
+		return baseCreate{}
+	}
+	return baseCreate{capture: key}
+}
+
+// assetDigest is a digest of the kernel, initramfs and base image, each by
+// its content (fileDigest), computed once per Manager.
+func (b *bases) assetDigest(paths ...string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.digest != "" {
+		return b.digest, nil
+	}
+	h := sha256.New()
+	for _, p := range paths {
+		d := ""
+		if p != "" {
+			var err error
+			if d, err = fileDigest(p); err != nil {
+				return "", err
+			}
+		}
+		fmt.Fprintf(h, "%s\n", d)
+	}
+	b.digest = hex.EncodeToString(h.Sum(nil))[:24]
+	return b.digest, nil
+}
+
+// digestName matches a file named by its own sha256 (images/ names the
+// base image base-<sha256>.qcow2).
+var digestName = regexp.MustCompile(`-([0-9a-f]{64})\.[a-z0-9]+$`)
+
+// digests caches file digests process-wide by path, size and mtime (the
+// tests start many hostds on the same assets).
+var digests sync.Map
+
+// fileDigest is the sha256 of path's content: taken from its name when it
+// is named by it, else read (once per path, size and mtime).
+func fileDigest(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if m := digestName.FindStringSubmatch(path); m != nil {
+		return m[1], nil
+	}
+	id := path + "\x00" + strconv.FormatInt(fi.Size(), 10) + "\x00" + strconv.FormatInt(fi.ModTime().UnixNano(), 10)
+	if d, ok := digests.Load(id); ok {
+		return d.(string), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	d := hex.EncodeToString(h.Sum(nil))
+	digests.Store(id, d)
+	return d, nil
+}
