@@ -143,11 +143,20 @@ func (r *reaper) orphanCandidates(ctx context.Context) []string {
 	owned := r.owned()
 	var out []string
 	for _, id := range ids {
-		if !owned[id] {
+		if !owned[id] && !r.creating(ctx, id) {
 			out = append(out, id)
 		}
 	}
 	return out
+}
+
+// creating reports whether sandbox id is being created: its cgroup exists
+// before it is registered, and booting a big image under TCG can take
+// longer than two rounds. (At start, recovery has already failed the
+// records a previous hostd left creating.)
+func (r *reaper) creating(ctx context.Context, id string) bool {
+	rec, err := r.store.GetSandbox(ctx, id)
+	return err == nil && State(rec.State) == StateCreating
 }
 
 // ownedIDs are the ids of live and warm sandboxes.
