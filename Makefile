@@ -14,6 +14,8 @@ VM_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build vm' . | xargs -n1 
 GO_TEST_FLAGS ?=
 
 -include mk/*.mk
+# The included files define targets first; `make` alone still builds.
+.DEFAULT_GOAL := all
 
 .PHONY: all deps assets kernel rootfs initramfs templates build generate check-generate test test-unit test-vm bench demo clean
 
