@@ -218,6 +218,11 @@ func (c *Checker) Verify(dir string) error {
 		return fmt.Errorf("%w: %s: bad manifest: %v", ErrCorrupt, dir, err)
 	}
 	for _, f := range m.Files {
+		// A manifest names files of its own directory, never a path that
+		// leaves it (the manifest is a file on disk, not proof).
+		if f.Name == "" || f.Name != filepath.Base(f.Name) || !filepath.IsLocal(f.Name) {
+			return fmt.Errorf("%w: %s: manifest names %q, not a file of the snapshot", ErrCorrupt, dir, f.Name)
+		}
 		if err := c.verifyFile(filepath.Join(dir, f.Name), f); err != nil {
 			return err
 		}

@@ -18,7 +18,12 @@ import (
 // ErrRefused is returned when the guest answers a CONNECT with anything but OK.
 var ErrRefused = errors.New("channel: connect refused")
 
-const maxLine = 64
+// maxLine bounds a handshake line (CONNECT, OK, TCP, ERR), newline
+// included; the other end may be a hostile guest.
+const maxLine = 512
+
+// errLongLine is returned for a handshake line longer than maxLine.
+var errLongLine = fmt.Errorf("channel: handshake line longer than %d bytes", maxLine)
 
 // Connect writes the CONNECT request for port on conn and reads the answer.
 // It returns a conn that yields any bytes the guest sent after the answer.
@@ -66,12 +71,17 @@ func Reply(conn net.Conn, port uint32, ok bool) error {
 	return err
 }
 
+// readLine reads one line of at most maxLine bytes from br, whose buffer is
+// maxLine bytes (bufio.Reader.ReadString would grow without a bound).
 func readLine(br *bufio.Reader) (string, error) {
-	line, err := br.ReadString('\n')
+	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return "", errLongLine
+	}
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimRight(line, "\r\n"), nil
+	return strings.TrimRight(string(line), "\r\n"), nil
 }
 
 // bufConn is a net.Conn whose reads first drain a bufio.Reader.

@@ -66,6 +66,9 @@ func ReplyTCP(conn net.Conn, dialErr error) error {
 	msg := "OK\n"
 	if dialErr != nil {
 		reason := strings.NewReplacer("\n", " ", "\r", " ").Replace(dialErr.Error())
+		if max := maxLine - len("ERR \n"); len(reason) > max {
+			reason = reason[:max] // the line must fit readLine's bound
+		}
 		msg = "ERR " + reason + "\n"
 	}
 	_, err := io.WriteString(conn, msg)

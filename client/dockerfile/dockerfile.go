@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -223,6 +224,9 @@ func (t *translator) command(c instructions.Command) error {
 	case *instructions.EnvCommand:
 		env := map[string]string{}
 		for _, kv := range c.Env {
+			if !envName.MatchString(kv.Key) {
+				return fmt.Errorf("ENV %q is not a variable name", kv.Key)
+			}
 			env[kv.Key] = kv.Value
 		}
 		maps.Copy(t.env, env)
@@ -282,6 +286,9 @@ func (t *translator) run(c *instructions.RunCommand) error {
 		return fmt.Errorf("RUN --%s is not supported", c.FlagsUsed[0])
 	case len(c.Files) > 0:
 		return errors.New("RUN with a heredoc is not supported")
+	case c.PrependShell && strings.TrimSpace(strings.Join(c.CmdLine, " ")) == "",
+		!c.PrependShell && (len(c.CmdLine) == 0 || c.CmdLine[0] == ""):
+		return errors.New("RUN with an empty command")
 	}
 	s := blueprint.Step{Label: c.String()}
 	if len(t.args) > 0 {
@@ -295,6 +302,9 @@ func (t *translator) run(c *instructions.RunCommand) error {
 	t.steps = append(t.steps, s)
 	return nil
 }
+
+// envName is what blueprint env steps accept (and sh can export).
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // abs resolves a guest path against the working directory.
 func (t *translator) abs(p string) string {

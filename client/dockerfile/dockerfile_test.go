@@ -13,7 +13,7 @@ import (
 )
 
 // testContext is a build context with a .dockerignore.
-func testContext(t *testing.T) string {
+func testContext(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range map[string]string{

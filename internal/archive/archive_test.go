@@ -20,7 +20,7 @@ type entry struct {
 	typ              byte
 }
 
-func mkTar(t *testing.T, ents ...entry) []byte {
+func mkTar(t testing.TB, ents ...entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -47,7 +47,7 @@ func mkTar(t *testing.T, ents ...entry) []byte {
 
 // sandboxDirs returns a parent directory and the target dir inside it, so
 // a test can check that nothing outside the target was written.
-func sandboxDirs(t *testing.T) (parent, dir string, root *os.Root) {
+func sandboxDirs(t testing.TB) (parent, dir string, root *os.Root) {
 	parent = t.TempDir()
 	dir = filepath.Join(parent, "target")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -62,7 +62,7 @@ func sandboxDirs(t *testing.T) (parent, dir string, root *os.Root) {
 }
 
 // outside lists the paths under parent that are not under dir.
-func outside(t *testing.T, parent, dir string) []string {
+func outside(t testing.TB, parent, dir string) []string {
 	var out []string
 	filepath.WalkDir(parent, func(p string, d fs.DirEntry, err error) error {
 		if p != parent && p != dir && !strings.HasPrefix(p, dir+"/") {

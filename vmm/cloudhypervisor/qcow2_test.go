@@ -22,7 +22,7 @@ type qcowSpec struct {
 
 // writeQcow2 writes a minimal qcow2 image at path: a header, its extensions
 // and the backing file name, laid out as QEMU does.
-func writeQcow2(t *testing.T, path string, s qcowSpec) string {
+func writeQcow2(t testing.TB, path string, s qcowSpec) string {
 	t.Helper()
 	if s.version == 0 {
 		s.version = 3
