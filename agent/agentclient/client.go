@@ -42,9 +42,23 @@ type Client struct {
 	events agentv1.EventsService
 }
 
-// New wraps an open agent-channel connection. Close closes it.
-func New(conn net.Conn) *Client {
-	c := ttrpc.NewClient(conn)
+// Option configures a Client.
+type Option func(*options)
+
+type options struct{ timeout time.Duration }
+
+// WithCallTimeout bounds each call to d plus the wait it asks the guest for
+// (default CallTimeout).
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// New wraps an open agent-channel connection. Close closes it. Every call
+// ends within its timeout (WithCallTimeout), whatever the guest sends.
+func New(conn net.Conn, opts ...Option) *Client {
+	o := options{timeout: CallTimeout}
+	for _, f := range opts {
+		f(&o)
+	}
+	c := ttrpc.NewClient(conn, ttrpc.WithUnaryClientInterceptor(deadline(o.timeout)))
 	return &Client{
 		conn:   c,
 		exec:   agentv1.NewExecClient(c),

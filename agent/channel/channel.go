@@ -66,12 +66,17 @@ func Reply(conn net.Conn, port uint32, ok bool) error {
 	return err
 }
 
+// readLine reads one header line of at most maxLine bytes: the peer is
+// untrusted, so a line without an end is an error, never a growing buffer.
 func readLine(br *bufio.Reader) (string, error) {
-	line, err := br.ReadString('\n')
+	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return "", fmt.Errorf("channel: header line longer than %d bytes", br.Size())
+	}
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimRight(line, "\r\n"), nil
+	return strings.TrimRight(string(line), "\r\n"), nil
 }
 
 // bufConn is a net.Conn whose reads first drain a bufio.Reader.

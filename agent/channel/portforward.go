@@ -30,7 +30,7 @@ func OpenTCP(conn net.Conn, port int) (net.Conn, error) {
 	if _, err := fmt.Fprintf(conn, "TCP %d\n", port); err != nil {
 		return nil, fmt.Errorf("channel: write tcp header: %w", err)
 	}
-	br := bufio.NewReaderSize(conn, maxLine)
+	br := bufio.NewReaderSize(conn, maxAnswer)
 	line, err := readLine(br)
 	if err != nil {
 		return nil, fmt.Errorf("channel: read tcp answer: %w", err)
@@ -40,6 +40,9 @@ func OpenTCP(conn net.Conn, port int) (net.Conn, error) {
 	}
 	return &bufConn{Conn: conn, r: br}, nil
 }
+
+// maxAnswer bounds the guest's answer line (an error's text).
+const maxAnswer = 256
 
 // AcceptTCP reads the header of a port-forward stream and returns the TCP
 // port it names. The caller answers with ReplyTCP.
@@ -66,6 +69,9 @@ func ReplyTCP(conn net.Conn, dialErr error) error {
 	msg := "OK\n"
 	if dialErr != nil {
 		reason := strings.NewReplacer("\n", " ", "\r", " ").Replace(dialErr.Error())
+		if len(reason) > maxAnswer-8 {
+			reason = reason[:maxAnswer-8]
+		}
 		msg = "ERR " + reason + "\n"
 	}
 	_, err := io.WriteString(conn, msg)
