@@ -23,7 +23,7 @@ const (
 	MaxID = 128
 	// MaxListBytes bounds the names and paths List gathers from one
 	// directory, over all its pages.
-	MaxListBytes = 256 << 20
+	MaxListBytes = 32 << 20
 	// maxEventField bounds a guest event's short fields (op, names,
 	// versions, hashes).
 	maxEventField = 512

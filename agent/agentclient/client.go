@@ -58,7 +58,7 @@ func New(conn net.Conn, opts ...Option) *Client {
 	for _, f := range opts {
 		f(&o)
 	}
-	c := ttrpc.NewClient(conn, ttrpc.WithUnaryClientInterceptor(deadline(o.timeout)))
+	c := ttrpc.NewClient(newGuardConn(conn), ttrpc.WithUnaryClientInterceptor(deadline(o.timeout)))
 	return &Client{
 		conn:   c,
 		exec:   agentv1.NewExecClient(c),
