@@ -136,4 +136,3 @@ func (g *guardConn) Write(p []byte) (int, error) {
 	}
 	return g.Conn.Write(p)
 }
-
