@@ -237,6 +237,7 @@ func TestHostileAgent(t *testing.T) {
 		}
 	}()
 
+	floodStart := time.Now()
 	for _, mode := range []struct {
 		name  string
 		agent vmmtest.Agent
@@ -260,6 +261,7 @@ func TestHostileAgent(t *testing.T) {
 	}
 	close(stopOthers)
 	others.Wait()
+	checkEventRate(t, h, hb.ID, floodStart)
 	top := peak.end()
 	if n := othersFailed.Load(); n > 0 || othersOK.Load() == 0 {
 		t.Errorf("the other sandbox: %d calls answered, %d failed (first: %v)", othersOK.Load(), n, firstErr.Load())
@@ -366,4 +368,28 @@ func (w *limitWriter) Write(p []byte) (int, error) {
 		return 0, errStop
 	}
 	return len(p), nil
+}
+
+// checkEventRate checks that the guest's event floods were recorded at no
+// more than the recorder's rate for guest events (500/s, bursts of 5000).
+func checkEventRate(t *testing.T, h *hostileEnv, id string, since time.Time) {
+	t.Helper()
+	n, after := 0, int64(0)
+	for {
+		list, err := h.c.Events(context.Background(), id, client.EventQuery{Types: []client.AuditEventType{client.AuditEventTypeFile}, After: after, Limit: 1000})
+		if err != nil {
+			t.Fatalf("events: %v", err)
+		}
+		n += len(list.Events)
+		if len(list.Events) == 0 || list.NextAfter <= after {
+			break
+		}
+		after = list.NextAfter
+	}
+	// An upper bound: a slower run only allows more.
+	allowed := 5000 + int(500*time.Since(since).Seconds()) + 512
+	t.Logf("guest file events recorded: %d (at most %d allowed)", n, allowed)
+	if n == 0 || n > allowed {
+		t.Errorf("%d guest file events recorded, want 1..%d", n, allowed)
+	}
 }
