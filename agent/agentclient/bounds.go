@@ -54,16 +54,22 @@ func withWait(ctx context.Context, d time.Duration) context.Context {
 }
 
 // deadline is the client's interceptor: every unary call ends within
-// CallTimeout plus the wait it asked for, whatever the guest does.
-func deadline(timeout time.Duration) ttrpc.UnaryClientInterceptor {
+// CallTimeout plus the wait it asked for, whatever the guest does. A call
+// that outlives that (its caller still waiting) means the guest wedged the
+// connection: the client closes it, so the caller's next call redials.
+func deadline(timeout time.Duration, c *Client) ttrpc.UnaryClientInterceptor {
 	return func(ctx context.Context, req *ttrpc.Request, resp *ttrpc.Response, _ *ttrpc.UnaryClientInfo, invoke ttrpc.Invoker) error {
 		d := timeout
 		if w, ok := ctx.Value(waitKey{}).(time.Duration); ok && w > 0 {
 			d += w
 		}
-		ctx, cancel := context.WithTimeout(ctx, d)
+		cctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		return invoke(ctx, req, resp)
+		err := invoke(cctx, req, resp)
+		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			c.Close()
+		}
+		return err
 	}
 }
 

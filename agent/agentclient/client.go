@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ var (
 
 // Client talks to one guest agent.
 type Client struct {
+	closed atomic.Bool
 	conn   *ttrpc.Client
 	exec   agentv1.ExecService
 	files  agentv1.FilesService
@@ -58,18 +60,24 @@ func New(conn net.Conn, opts ...Option) *Client {
 	for _, f := range opts {
 		f(&o)
 	}
-	c := ttrpc.NewClient(newGuardConn(conn), ttrpc.WithUnaryClientInterceptor(deadline(o.timeout)))
-	return &Client{
+	cl := &Client{}
+	c := ttrpc.NewClient(newGuardConn(conn), ttrpc.WithUnaryClientInterceptor(deadline(o.timeout, cl)))
+	*cl = Client{
 		conn:   c,
 		exec:   agentv1.NewExecClient(c),
 		files:  agentv1.NewFilesClient(c),
 		sys:    agentv1.NewSystemClient(c),
 		events: agentv1.NewEventsClient(c),
 	}
+	return cl
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error { c.closed.Store(true); return c.conn.Close() }
+
+// Closed reports whether Close was called, by the caller or by the client
+// itself after a call outlived its timeout (a connection the guest wedged).
+func (c *Client) Closed() bool { return c.closed.Load() }
 
 // Wait blocks until the connection is gone or ctx ends.
 func (c *Client) Wait(ctx context.Context) error { return c.conn.UserOnCloseWait(ctx) }

@@ -149,6 +149,9 @@ const healthTimeout = 30 * time.Second
 func (b *box) current() *agentclient.Client {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.agent != nil && b.agent.Closed() {
+		b.agent = nil // closed after a wedged call; its Wait may never return
+	}
 	return b.agent
 }
 

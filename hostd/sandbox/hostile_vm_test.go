@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/hostd/api"
+	"github.com/agentbox/agentbox/hostd/api/apitest"
+	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
@@ -63,8 +68,8 @@ func openManager(t *testing.T, data string) (*sandbox.Manager, *store.Store, fun
 // TestHostileGuest boots one sandbox and runs issue 16's probe findings
 // that need a real guest against it, in order: the clock (11), a name that
 // is not UTF-8 (5), a listing over ttrpc's 4 MiB beside a streamed exec
-// (4), signals to PID 1 (1), a hostd that dies while resuming (7), and a
-// VM that dies on its own (1).
+// (4), signals to PID 1 (1), a guest that steals the agent channel (§3), a
+// hostd that dies while resuming (7), and a VM that dies on its own (1).
 func TestHostileGuest(t *testing.T) {
 	data := vmmtest.ShortTempDir(t)
 	m, st, stop := openManager(t, data)
@@ -242,10 +247,27 @@ func TestHostileGuest(t *testing.T) {
 // a copy of guestinit's agent-channel fd, writes garbage and forged yamux
 // frames to the host and steals what the host sends for 5 s. The sandbox
 // must recover or be marked failed; a fork of it, made before, answers
-// execs throughout and after; hostd's heap grows by little.
+// execs through the API throughout and after; hostd's heap grows by little.
 func stealChannel(t *testing.T, m *sandbox.Manager, id string) {
 	ctx := context.Background()
 	svc := m.Service()
+	srv := httptest.NewServer(api.New(api.Options{Manager: svc, Auth: auth.New(apitest.NewKeys(auth.Hash(hostileKey))),
+		Health: func() api.HealthInfo { return api.HealthInfo{VMM: "qemu"} }}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, hostileKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherAnswers := func(other string) {
+		t.Helper()
+		if _, err := c.Health(ctx); err != nil {
+			t.Fatalf("API health: %v", err)
+		}
+		r, err := c.Exec(ctx, other, client.ExecRequest{Cmd: []string{"echo", "other"}})
+		if err != nil || r.Stdout != "other\n" {
+			t.Fatalf("the fork answered %+v, %v", r, err)
+		}
+	}
 	bin := filepath.Join(t.TempDir(), "chanthief")
 	build := exec.Command("go", "build", "-o", bin, "./testdata/chanthief")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -276,9 +298,7 @@ func stealChannel(t *testing.T, m *sandbox.Manager, id string) {
 	recovered := false
 	deadline := time.Now().Add(3 * time.Minute)
 	for i := 0; time.Now().Before(deadline); i++ {
-		if got := sh(t, m, other, "echo other"); got != "other\n" {
-			t.Fatalf("the fork answered %q", got)
-		}
+		otherAnswers(other)
 		if _, err := m.Get(ctx, id); err != nil {
 			t.Fatalf("get: %v", err)
 		}
@@ -301,9 +321,7 @@ func stealChannel(t *testing.T, m *sandbox.Manager, id string) {
 	if !recovered && info.State != sandbox.StateFailed {
 		t.Fatalf("the thief's sandbox neither recovered nor failed: %s", info.State)
 	}
-	if got := sh(t, m, other, "echo other"); got != "other\n" {
-		t.Fatalf("the fork after: %q", got)
-	}
+	otherAnswers(other)
 	if grown := int64(liveHeap()) - int64(base); grown > 64<<20 {
 		t.Errorf("hostd's heap grew %d MiB over its baseline", grown>>20)
 	}
