@@ -204,7 +204,7 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 		conn.Close()
 		return nil, fmt.Errorf("qemu: reset agent channel: %w", err)
 	}
-	sess, err := yamux.Client(conn, hostYamuxConfig())
+	sess, err := yamux.Client(&stallConn{Conn: conn}, hostYamuxConfig())
 	if err != nil {
 		conn.Close()
 		return nil, err

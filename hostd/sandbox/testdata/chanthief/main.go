@@ -1,8 +1,9 @@
 // Command chanthief is a hostile guest program for hostd's VM tests: as
 // root in the guest, it takes a copy of guestinit's agent-channel fd (the
 // virtio-serial port; pidfd_getfd), writes garbage and forged yamux frames
-// to the host, and reads (steals) what the host sends for a while, as a
-// guest that replaced its agent would. It exits when done.
+// to the host, reads (steals) what the host sends for a while, as a guest
+// that replaced its agent would, and last starts a frame it never ends. It
+// exits when done.
 package main
 
 import (
@@ -89,5 +90,10 @@ func run() error {
 		return err
 	}
 	<-done
-	return nil
+	// Last, a data frame for the host's first stream (the agent's) that
+	// never ends: yamux's reader would wait for its body for good.
+	frames = frames[:0]
+	hdr(0, 0, 1, 16)
+	_, err = f.Write(append(frames, 'x', 'y'))
+	return err
 }
