@@ -94,6 +94,9 @@ func run() error {
 	// never ends: yamux's reader would wait for its body for good.
 	frames = frames[:0]
 	hdr(0, 0, 1, 16)
-	_, err = f.Write(append(frames, 'x', 'y'))
-	return err
+	if _, err := f.Write(append(frames, 'x', 'y')); err != nil {
+		return err
+	}
+	fmt.Println("done")
+	return nil
 }
