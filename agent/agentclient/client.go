@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ var (
 
 // Client talks to one guest agent.
 type Client struct {
+	closed atomic.Bool
 	conn   *ttrpc.Client
 	exec   agentv1.ExecService
 	files  agentv1.FilesService
@@ -42,20 +44,40 @@ type Client struct {
 	events agentv1.EventsService
 }
 
-// New wraps an open agent-channel connection. Close closes it.
-func New(conn net.Conn) *Client {
-	c := ttrpc.NewClient(conn)
-	return &Client{
+// Option configures a Client.
+type Option func(*options)
+
+type options struct{ timeout time.Duration }
+
+// WithCallTimeout bounds each call to d plus the wait it asks the guest for
+// (default CallTimeout).
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// New wraps an open agent-channel connection. Close closes it. Every call
+// ends within its timeout (WithCallTimeout), whatever the guest sends.
+func New(conn net.Conn, opts ...Option) *Client {
+	o := options{timeout: CallTimeout}
+	for _, f := range opts {
+		f(&o)
+	}
+	cl := &Client{}
+	c := ttrpc.NewClient(newGuardConn(conn), ttrpc.WithUnaryClientInterceptor(deadline(o.timeout, cl)))
+	*cl = Client{
 		conn:   c,
 		exec:   agentv1.NewExecClient(c),
 		files:  agentv1.NewFilesClient(c),
 		sys:    agentv1.NewSystemClient(c),
 		events: agentv1.NewEventsClient(c),
 	}
+	return cl
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error { c.closed.Store(true); return c.conn.Close() }
+
+// Closed reports whether Close was called, by the caller or by the client
+// itself after a call outlived its timeout (a connection the guest wedged).
+func (c *Client) Closed() bool { return c.closed.Load() }
 
 // Wait blocks until the connection is gone or ctx ends.
 func (c *Client) Wait(ctx context.Context) error { return c.conn.UserOnCloseWait(ctx) }

@@ -51,15 +51,64 @@ func (c *Client) NextEvents(ctx context.Context, after uint64, wait time.Duratio
 	if max < 0 {
 		max = 0
 	}
-	r, err := c.events.Next(ctx, &agentv1.NextEventsRequest{After: after, WaitMs: uint32(waitMs), Max: uint32(max)})
+	r, err := c.events.Next(withWait(ctx, time.Duration(waitMs)*time.Millisecond), &agentv1.NextEventsRequest{After: after, WaitMs: uint32(waitMs), Max: uint32(max)})
 	if err != nil {
 		return GuestEvents{}, fromStatus(err)
 	}
-	out := GuestEvents{Head: r.Head, Lost: r.Lost, WatchError: r.WatchError, Events: make([]GuestEvent, 0, len(r.Events))}
-	for _, e := range r.Events {
+	if max == 0 {
+		max = maxEventsDefault
+	}
+	// What a real agent would not send is dropped and counted as lost.
+	evs := r.Events
+	lost := r.Lost
+	if len(evs) > max {
+		lost += uint64(len(evs) - max)
+		evs = evs[:max]
+	}
+	out := GuestEvents{Head: r.Head, WatchError: string(clip([]byte(r.WatchError), maxEventField)), Events: make([]GuestEvent, 0, len(evs))}
+	for _, e := range evs {
+		if !eventOK(e) {
+			lost++
+			continue
+		}
 		out.Events = append(out.Events, eventFrom(e))
 	}
+	out.Lost = lost
 	return out, nil
+}
+
+// maxEventsDefault is the most events one Next returns when max is 0 (the
+// guest's default).
+const maxEventsDefault = 1024
+
+// eventOK checks a guest event's sizes.
+func eventOK(e *agentv1.GuestEvent) bool {
+	if len(e.ExecId) > MaxID {
+		return false
+	}
+	short := func(ss ...string) bool {
+		for _, s := range ss {
+			if len(s) > maxEventField {
+				return false
+			}
+		}
+		return true
+	}
+	paths := func(ss ...string) bool {
+		for _, s := range ss {
+			if len(s) > MaxPath {
+				return false
+			}
+		}
+		return true
+	}
+	if f := e.GetFile(); f != nil {
+		return short(f.Op, f.Sha256) && paths(f.Path, f.OldPath)
+	}
+	if p := e.GetPackage(); p != nil {
+		return short(p.Manager, p.Action, p.Name, p.Version, p.OldVersion) && paths(p.Path)
+	}
+	return true
 }
 
 func eventFrom(e *agentv1.GuestEvent) GuestEvent {

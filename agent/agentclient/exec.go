@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,6 +54,9 @@ func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
 		}
 		return "", fromStatus(err)
 	}
+	if err := checkID(r.Id); err != nil {
+		return "", err
+	}
 	return r.Id, nil
 }
 
@@ -61,7 +65,7 @@ func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
 // one chunk at a time, so a slow emit slows the guest process, never memory.
 func (c *Client) Follow(ctx context.Context, id string, offset uint64, emit func(Output) error) (Exit, error) {
 	for {
-		r, err := c.exec.Read(ctx, &agentv1.ReadOutputRequest{Id: id, Offset: offset, WaitMs: pollWait})
+		r, err := c.exec.Read(withWait(ctx, pollWait*time.Millisecond), &agentv1.ReadOutputRequest{Id: id, Offset: offset, WaitMs: pollWait})
 		if err != nil {
 			if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound {
 				return Exit{}, fmt.Errorf("%w: %s", ErrNoSession, id)
@@ -76,6 +80,12 @@ func (c *Client) Follow(ctx context.Context, id string, offset uint64, emit func
 		offset = r.NextOffset
 		if r.Exited {
 			return Exit{Code: int(r.ExitCode), Signal: r.Signal}, nil
+		}
+		if len(r.Chunks) == 0 {
+			// A real agent answers with nothing only after waiting.
+			if err := pause(ctx, emptyPause); err != nil {
+				return Exit{}, err
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return Exit{}, err

@@ -41,6 +41,9 @@ func (c *Client) Open(ctx context.Context, path string) (io.ReadCloser, FileInfo
 	if err != nil {
 		return nil, FileInfo{}, fromStatus(err)
 	}
+	if err := checkID(r.Handle); err != nil {
+		return nil, FileInfo{}, err
+	}
 	return &reader{c: c, ctx: ctx, handle: r.Handle}, infoFrom(r.Info), nil
 }
 
@@ -51,6 +54,7 @@ type reader struct {
 	buf    []byte
 	eof    bool
 	closed bool
+	empty  int // empty non-final chunks in a row
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -62,7 +66,17 @@ func (r *reader) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, fromStatus(err)
 		}
+		if len(resp.Data) > chunkSize {
+			return 0, badReply("a chunk of %d bytes, asked for %d", len(resp.Data), chunkSize)
+		}
 		r.buf, r.eof = resp.Data, resp.Eof
+		if len(r.buf) > 0 || r.eof {
+			r.empty = 0
+			continue
+		}
+		if r.empty++; r.empty > maxEmptyChunks {
+			return 0, badReply("%d empty chunks in a row", r.empty)
+		}
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
@@ -85,6 +99,9 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, s
 	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: []byte(path), Mode: uint32(mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))})
 	if err != nil {
 		return 0, fromStatus(err)
+	}
+	if err := checkID(h.Handle); err != nil {
+		return 0, err
 	}
 	abort := func(cause error) (int64, error) {
 		_, cerr := c.files.Close(context.WithoutCancel(ctx), &agentv1.HandleRequest{Handle: h.Handle})
@@ -118,7 +135,11 @@ func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, fromStatus(err)
 	}
-	return infoFrom(r), nil
+	fi := infoFrom(r)
+	if err := checkInfo(fi); err != nil {
+		return FileInfo{}, err
+	}
+	return fi, nil
 }
 
 // MaxListEntries bounds the entries List gathers from one directory.
@@ -133,13 +154,21 @@ var ErrTooMany = errors.New("agentclient: too many directory entries")
 func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
 	var out []FileInfo
 	var after []byte
+	size := 0
 	for {
 		r, err := c.files.List(ctx, &agentv1.ListRequest{Path: []byte(path), After: after})
 		if err != nil {
 			return nil, fromStatus(err)
 		}
 		for _, e := range r.Entries {
-			out = append(out, infoFrom(e))
+			fi := infoFrom(e)
+			if err := checkInfo(fi); err != nil {
+				return nil, err
+			}
+			if size += len(fi.Name) + len(fi.Path); size > MaxListBytes {
+				return nil, fmt.Errorf("%w: %s has more than %d bytes of names", ErrTooMany, path, MaxListBytes)
+			}
+			out = append(out, fi)
 		}
 		switch {
 		case len(out) > MaxListEntries:
@@ -184,6 +213,9 @@ func (c *Client) Readlink(ctx context.Context, path string) (string, error) {
 	r, err := c.files.Readlink(ctx, &agentv1.PathRequest{Path: []byte(path)})
 	if err != nil {
 		return "", fromStatus(err)
+	}
+	if len(r.Target) > MaxPath {
+		return "", badReply("a link target of %d bytes", len(r.Target))
 	}
 	return string(r.Target), nil
 }

@@ -24,7 +24,7 @@ type Summary struct {
 
 // Summary waits up to wait for session id to exit and describes it.
 func (c *Client) Summary(ctx context.Context, id string, wait time.Duration) (Summary, error) {
-	r, err := c.exec.Summary(ctx, &agentv1.SummaryRequest{Id: id, WaitMs: uint32(wait / time.Millisecond)})
+	r, err := c.exec.Summary(withWait(ctx, wait), &agentv1.SummaryRequest{Id: id, WaitMs: uint32(wait / time.Millisecond)})
 	if err != nil {
 		return Summary{}, c.sessionErr(id, err)
 	}
@@ -40,5 +40,24 @@ func streamSummary(p *agentv1.StreamSummary) StreamSummary {
 	if p == nil {
 		return StreamSummary{}
 	}
-	return StreamSummary{Head: p.Head, Tail: p.Tail, TotalBytes: int64(p.TotalBytes), SHA256: p.Sha256}
+	// The guest keeps 64 KiB of each end; a hash is 64 hex digits.
+	return StreamSummary{Head: clip(p.Head, maxSummaryBytes), Tail: clipTail(p.Tail, maxSummaryBytes),
+		TotalBytes: int64(min(p.TotalBytes, 1<<62)), SHA256: string(clip([]byte(p.Sha256), 64))}
+}
+
+// clip returns at most n bytes of b, copied when cut, so that the rest of
+// the guest's reply is not kept alive by them.
+func clip(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	return append([]byte(nil), b[:n]...)
+}
+
+// clipTail returns at most the last n bytes of b, copied when cut.
+func clipTail(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	return append([]byte(nil), b[len(b)-n:]...)
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -302,6 +304,51 @@ func (p *pipeSet) closeParentEnds() {
 	}
 }
 
+// awaitDrained waits, after the process has exited, for its output to be
+// read. A child of the process may hold the pipes open: once nothing is left
+// unread in them after drainAfterExit (or after maxDrainWaits of them), the
+// reading stops. Output still in a pipe when a loaded machine has not run
+// the pumps yet is waited for, not dropped.
+func (p *pipeSet) awaitDrained(drained <-chan struct{}) {
+	t := time.NewTimer(drainAfterExit)
+	defer t.Stop()
+	for waits := 1; ; waits++ {
+		select {
+		case <-drained:
+			return
+		case <-t.C:
+		}
+		if waits >= maxDrainWaits || !p.buffered() {
+			p.closeParentEnds()
+			<-drained
+			return
+		}
+		t.Reset(drainAfterExit)
+	}
+}
+
+// maxDrainWaits bounds awaitDrained (to 5 s) for a child that keeps writing.
+const maxDrainWaits = 20
+
+// buffered reports whether the parent ends hold output not yet read.
+func (p *pipeSet) buffered() bool {
+	for _, f := range []*os.File{p.stdout, p.stderr} {
+		if f == nil {
+			continue
+		}
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }) // FIONREAD: pipes and PTYs
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // watch pumps output until the process has exited and its pipes are drained.
 func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
 	var pumps sync.WaitGroup
@@ -315,13 +362,7 @@ func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
 	go func() { pumps.Wait(); close(drained) }()
 
 	st := <-exit
-	select {
-	case <-drained:
-	case <-time.After(drainAfterExit):
-		// A child of the process still holds the pipes open; stop reading.
-		p.closeParentEnds()
-		<-drained
-	}
+	p.awaitDrained(drained)
 	p.closeParentEnds()
 	if s.stdin != nil {
 		s.stdin.Close()

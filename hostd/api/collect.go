@@ -44,15 +44,24 @@ type collected struct {
 	chunks    [][]byte
 	n, max    int
 	budget    *outputBudget
+	taken     int // of n, the bytes granted by the budget
 	truncated bool
 }
+
+// collectFloor is what each collected stream keeps outside the shared
+// budget: so that execs whose output floods the budget (a hostile guest's,
+// say) cannot empty the small answers of every other sandbox.
+const collectFloor = 64 << 10
 
 func (c *collected) add(p []byte) {
 	if room := c.max - c.n; len(p) > room {
 		p, c.truncated = p[:room], true
 	}
-	if got := c.budget.take(len(p)); got < len(p) {
-		p, c.truncated = p[:got], true
+	free := min(len(p), max(0, collectFloor-c.n))
+	got := c.budget.take(len(p) - free)
+	c.taken += got
+	if free+got < len(p) {
+		p, c.truncated = p[:free+got], true
 	}
 	if len(p) > 0 {
 		c.chunks = append(c.chunks, p)
@@ -62,8 +71,8 @@ func (c *collected) add(p []byte) {
 
 // release drops the chunks and gives their bytes back to the budget.
 func (c *collected) release() {
-	c.budget.give(c.n)
-	c.chunks, c.n = nil, 0
+	c.budget.give(c.taken)
+	c.chunks, c.n, c.taken = nil, 0, 0
 }
 
 // writeExecResult answers with res, whose stdout and stderr come from the

@@ -47,7 +47,7 @@ type oneConn struct {
 
 func newOneConn(c net.Conn) *oneConn {
 	l := &oneConn{conns: make(chan net.Conn, 1), broken: make(chan struct{}), closed: make(chan struct{}), addr: c.LocalAddr()}
-	l.conns <- &watchedConn{Conn: c, l: l}
+	l.conns <- &watchedConn{Conn: newAdmitConn(c), l: l}
 	return l
 }
 

@@ -42,8 +42,10 @@ type box struct {
 	meter *meter
 	// spawn runs background work that the manager's Close waits for.
 	spawn func(func()) bool
-	mu    sync.Mutex
-	agent *agentclient.Client
+	// dialing is held (one slot) by the caller that connects the agent.
+	dialing chan struct{}
+	mu      sync.Mutex
+	agent   *agentclient.Client
 
 	limits Limits
 	cgroup *cgroup.Group
@@ -101,21 +103,34 @@ func (b *box) nextOverlay() string {
 
 // client returns the box's agent client, dialing it if needed. The drivers'
 // Dial retries until the guest serves or ctx ends (vmm.VM.Dial).
+// Dialing waits on b.dialing, not on b.mu, so that a caller whose ctx ends
+// stops waiting for a guest that does not answer.
 func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.agent != nil {
-		return b.agent, nil
+	if c := b.current(); c != nil {
+		return c, nil
+	}
+	select {
+	case b.dialing <- struct{}{}:
+		defer func() { <-b.dialing }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if c := b.current(); c != nil {
+		return c, nil
 	}
 	conn, err := b.vm.Dial(ctx, channel.AgentPort)
 	if err != nil {
 		return nil, err
 	}
 	c := agentclient.New(countingConn{Conn: conn, mt: b.meter})
-	if _, err := c.Health(ctx); err != nil {
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	if _, err := c.Health(hctx); err != nil {
 		c.Close()
 		return nil, err
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.agent = c
 	b.spawn(func() {
 		_ = c.Wait(context.Background())
@@ -126,6 +141,19 @@ func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
 		b.mu.Unlock()
 	})
 	return c, nil
+}
+
+// healthTimeout bounds the Health call that opens an agent connection.
+const healthTimeout = 30 * time.Second
+
+// current returns b's open agent client, or nil.
+func (b *box) current() *agentclient.Client {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.agent != nil && b.agent.Closed() {
+		b.agent = nil // closed after a wedged call; its Wait may never return
+	}
+	return b.agent
 }
 
 // connect dials b's agent within timeout; on failure it stops the VM.
@@ -141,6 +169,8 @@ func (b *box) connect(ctx context.Context, timeout time.Duration) error {
 
 // closeAgent closes the agent connection, if any.
 func (b *box) closeAgent() {
+	b.dialing <- struct{}{} // after a dial under way, as it would set agent
+	defer func() { <-b.dialing }()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.agent != nil {

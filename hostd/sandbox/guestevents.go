@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -40,7 +41,17 @@ type guestCursor struct {
 	off bool
 	// watchErr is the last watch error reported, so it is logged once.
 	watchErr string
+	// lim bounds the guest events recorded (nil until the first batch).
+	lim *rate.Limiter
 }
+
+// A guest's events are recorded at most at guestEventRate a second, with
+// bursts of guestEventBurst: a guest that floods (or forges) events fills
+// the log at that pace, and the rest count as lost.
+const (
+	guestEventRate  = 500
+	guestEventBurst = 5000
+)
 
 func (f *flight) cursorOf(id string) *guestCursor { return &f.reg.get(id).rec.guest }
 
@@ -146,38 +157,56 @@ func (f *flight) recordGuest(id string, g *guestCursor, evs agentclient.GuestEve
 		g.watchErr = evs.WatchError
 		entries = append(entries, recorder.Entry{SandboxID: id, Type: recorder.TypeRecorder, Data: recorder.RecorderData{WatchError: evs.WatchError}})
 	}
-	if g.after != math.MaxUint64 && evs.Lost > 0 {
-		entries = append(entries, recorder.Entry{SandboxID: id, Type: recorder.TypeRecorder, Data: recorder.RecorderData{Lost: evs.Lost}})
-	}
 	if g.after == math.MaxUint64 {
 		// A new reader: start after the newest event, record none.
 		g.after = evs.Head
 		f.r.Add(context.Background(), entries...)
 		return
 	}
+	if g.lim == nil {
+		g.lim = rate.NewLimiter(guestEventRate, guestEventBurst)
+	}
+	lost := evs.Lost
+	var recorded []recorder.Entry
 	for _, e := range evs.Events {
 		g.after = max(g.after, e.Seq)
-		var cause recorder.Cause
-		if en := f.reg.find(id); en != nil {
-			cause, _ = en.rec.causeOf(e.ExecID)
-		}
-		en := recorder.Entry{SandboxID: id, Cause: cause, Time: hostTime(e.Time)}
-		switch {
-		case e.File != nil:
-			f := e.File
-			en.Type, en.Data = recorder.TypeFile, recorder.FileData{Op: f.Op, Path: f.Path, OldPath: f.OldPath, Dir: f.Dir, Size: f.Size,
-				SHA256: f.SHA256, Source: recorder.SourceGuest, ExecID: e.ExecID}
-		case e.Package != nil:
-			p := e.Package
-			en.Type, en.Data = recorder.TypePackage, recorder.PackageData{Manager: p.Manager, Action: p.Action, Name: p.Name,
-				Version: p.Version, OldVersion: p.OldVersion, Path: p.Path, ExecID: e.ExecID}
-		default:
+		if !g.lim.Allow() {
+			lost++
 			continue
 		}
-		entries = append(entries, en)
+		if en, ok := f.guestEntry(id, e); ok {
+			recorded = append(recorded, en)
+		}
 	}
+	if lost > 0 {
+		entries = append(entries, recorder.Entry{SandboxID: id, Type: recorder.TypeRecorder, Data: recorder.RecorderData{Lost: lost}})
+	}
+	entries = append(entries, recorded...)
 	if len(evs.Events) == 0 && evs.Head < g.after {
 		g.after = evs.Head // the guest restarted its ring (a new boot)
 	}
 	f.r.Add(context.Background(), entries...)
+}
+
+// guestEntry is the log entry of one guest event (false for a kind it
+// does not know).
+func (f *flight) guestEntry(id string, e agentclient.GuestEvent) (recorder.Entry, bool) {
+	var cause recorder.Cause
+	if en := f.reg.find(id); en != nil {
+		cause, _ = en.rec.causeOf(e.ExecID)
+	}
+	en := recorder.Entry{SandboxID: id, Cause: cause, Time: hostTime(e.Time)}
+	switch {
+	case e.File != nil:
+		f := e.File
+		en.Type, en.Data = recorder.TypeFile, recorder.FileData{Op: f.Op, Path: f.Path, OldPath: f.OldPath, Dir: f.Dir, Size: f.Size,
+			SHA256: f.SHA256, Source: recorder.SourceGuest, ExecID: e.ExecID}
+	case e.Package != nil:
+		p := e.Package
+		en.Type, en.Data = recorder.TypePackage, recorder.PackageData{Manager: p.Manager, Action: p.Action, Name: p.Name,
+			Version: p.Version, OldVersion: p.OldVersion, Path: p.Path, ExecID: e.ExecID}
+	default:
+		return en, false
+	}
+	return en, true
 }

@@ -6,14 +6,22 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/hostd/api"
+	"github.com/agentbox/agentbox/hostd/api/apitest"
+	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm"
@@ -60,8 +68,8 @@ func openManager(t *testing.T, data string) (*sandbox.Manager, *store.Store, fun
 // TestHostileGuest boots one sandbox and runs issue 16's probe findings
 // that need a real guest against it, in order: the clock (11), a name that
 // is not UTF-8 (5), a listing over ttrpc's 4 MiB beside a streamed exec
-// (4), signals to PID 1 (1), a hostd that dies while resuming (7), and a
-// VM that dies on its own (1).
+// (4), signals to PID 1 (1), a guest that steals the agent channel (§3), a
+// hostd that dies while resuming (7), and a VM that dies on its own (1).
 func TestHostileGuest(t *testing.T) {
 	data := vmmtest.ShortTempDir(t)
 	m, st, stop := openManager(t, data)
@@ -172,6 +180,10 @@ func TestHostileGuest(t *testing.T) {
 		}
 	})
 
+	t.Run("a guest that steals the agent channel and writes garbage", func(t *testing.T) {
+		stealChannel(t, m, sb.ID)
+	})
+
 	t.Run("a hostd that dies while resuming leaves the sandbox paused", func(t *testing.T) {
 		sh(t, m, sb.ID, "echo kept > /root/kept")
 		if _, err := m.Pause(ctx, sb.ID); err != nil {
@@ -229,4 +241,106 @@ func TestHostileGuest(t *testing.T) {
 			t.Errorf("deleted, and %s is still there: %v", dir, err)
 		}
 	})
+}
+
+// stealChannel runs chanthief (testdata) as root in sandbox id: it takes
+// a copy of guestinit's agent-channel fd, writes garbage and forged yamux
+// frames to the host and steals what the host sends for 5 s. The sandbox
+// must recover or be marked failed; a fork of it, made before, answers
+// execs through the API throughout and after; hostd's heap grows by little.
+func stealChannel(t *testing.T, m *sandbox.Manager, id string) {
+	ctx := context.Background()
+	svc := m.Service()
+	srv := httptest.NewServer(api.New(api.Options{Manager: svc, Auth: auth.New(apitest.NewKeys(auth.Hash(hostileKey))),
+		Health: func() api.HealthInfo { return api.HealthInfo{VMM: "qemu"} }}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, hostileKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherAnswers := func(other string) {
+		t.Helper()
+		if _, err := c.Health(ctx); err != nil {
+			t.Fatalf("API health: %v", err)
+		}
+		r, err := c.Exec(ctx, other, client.ExecRequest{Cmd: []string{"echo", "other"}})
+		if err != nil || r.Stdout != "other\n" {
+			t.Fatalf("the fork answered %+v, %v", r, err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "chanthief")
+	build := exec.Command("go", "build", "-o", bin, "./testdata/chanthief")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build chanthief: %v: %s", err, out)
+	}
+	forks, err := m.Fork(ctx, id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := forks[0].ID
+	defer m.Delete(ctx, other)
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = svc.WriteFile(ctx, id, "/root/chanthief", 0o755, f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := liveHeap()
+	// Detached, so that the exec that starts it ends before the channel
+	// breaks.
+	sh(t, m, id, "setsid /root/chanthief > /root/chanthief.log 2>&1 < /dev/null & echo started")
+	// While it runs and after: the fork answers; the thief's sandbox
+	// recovers (or fails, with a reason).
+	recovered := false
+	deadline := time.Now().Add(3 * time.Minute)
+	for i := 0; time.Now().Before(deadline); i++ {
+		otherAnswers(other)
+		if _, err := m.Get(ctx, id); err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		info, _ := m.Get(ctx, id)
+		if info.State == sandbox.StateFailed {
+			t.Logf("the thief's sandbox failed: %s", info.Error)
+			break
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := tryExec(cctx, svc, id, "cat /root/chanthief.log; echo back")
+		cancel()
+		t.Logf("exec %d in the thief's sandbox: %q %v", i, out, err)
+		if err == nil && strings.HasSuffix(out, "done\nback\n") { // after the thief is done
+			recovered = true
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	info, _ := m.Get(ctx, id)
+	if !recovered && info.State != sandbox.StateFailed {
+		t.Fatalf("the thief's sandbox neither recovered nor failed: %s", info.State)
+	}
+	otherAnswers(other)
+	if grown := int64(liveHeap()) - int64(base); grown > 64<<20 {
+		t.Errorf("hostd's heap grew %d MiB over its baseline", grown>>20)
+	}
+}
+
+// tryExec runs cmd in sandbox id and returns its stdout, or the error.
+func tryExec(ctx context.Context, svc sandbox.Service, id, cmd string) (string, error) {
+	var out strings.Builder
+	err := svc.Exec(ctx, id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", cmd}}, func(e sandbox.ExecEvent) error {
+		out.Write(e.Data)
+		return nil
+	})
+	return out.String(), err
+}
+
+// liveHeap is the heap live after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

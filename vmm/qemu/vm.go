@@ -193,11 +193,24 @@ func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	}
 	// A yamux stream's Close only half-closes it: the deadline is what
 	// wakes a Connect that waits for a guest that does not answer.
+	//
+	// A guest can also wedge the session: yamux's reader holds a stream's
+	// lock while it waits for the rest of a frame, and a guest that sends a
+	// header and never its body leaves Connect blocked on that lock, past
+	// any deadline. If Connect has not returned a moment after ctx ended,
+	// the session goes, and with it the frame the reader waits for.
+	connected := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		_ = st.SetDeadline(time.Now())
 		st.Close()
+		select {
+		case <-connected:
+		case <-time.After(wedgedWait):
+			vm.dropSession(sess)
+		}
 	})
 	conn, err := channel.Connect(st, port)
+	close(connected)
 	if !stop() {
 		st.Close()
 		return nil, ctx.Err()
@@ -214,6 +227,10 @@ func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	}
 	return conn, nil
 }
+
+// wedgedWait is how long Dial waits, after its ctx ended, for a Connect
+// to return before it drops the session as wedged.
+const wedgedWait = time.Second
 
 // session returns the live yamux session, connecting a new one if needed.
 func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
@@ -233,7 +250,7 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 		conn.Close()
 		return nil, fmt.Errorf("qemu: reset agent channel: %w", err)
 	}
-	sess, err := yamux.Client(conn, hostYamuxConfig())
+	sess, err := yamux.Client(&stallConn{Conn: conn}, hostYamuxConfig())
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -28,7 +28,8 @@ import (
 // other port is refused (channel.ErrRefused).
 //
 // The hooks (FailNextStart, SetStartDelay, FakeVM.Die, ...) let a test make
-// the VMM fail or die. A FakeDriver is safe for concurrent use.
+// the VMM fail or die; FakeVM.ReplaceAgent puts a test's own (hostile)
+// guest on a port in the agent's place. A FakeDriver is safe for concurrent use.
 type FakeDriver struct {
 	opts FakeOptions
 

@@ -35,7 +35,16 @@ type fakeGuest struct {
 	mu      sync.Mutex
 	streams map[net.Conn]bool // open port-forward conns, closed by close
 	closed  bool
+	// replaced are the ports whose streams a test's Agent serves instead;
+	// agentConns the real agent's open streams, which a replacement cuts.
+	replaced   map[uint32]Agent
+	agentConns map[net.Conn]bool
 }
+
+// Agent serves the guest end of one stream in place of what guestinit
+// serves on its port: a test's hostile guest (FakeVM.ReplaceAgent). It
+// must return once conn is closed (the VM closes it when it ends).
+type Agent func(conn net.Conn)
 
 func newFakeGuest(hostname string, log *slog.Logger) (*fakeGuest, error) {
 	srv, err := ttrpc.NewServer()
@@ -45,6 +54,7 @@ func newFakeGuest(hostname string, log *slog.Logger) (*fakeGuest, error) {
 	g := &fakeGuest{
 		srv: srv, lis: newPipeListener(), gate: newGate(), procs: newGroupSpawner(),
 		system: &fakeSystem{real: agent.NewSystem(time.Now()), hostname: hostname}, streams: map[net.Conn]bool{},
+		replaced: map[uint32]Agent{}, agentConns: map[net.Conn]bool{},
 	}
 	agentv1.RegisterExecService(srv, agent.NewExec(g.procs, log))
 	agentv1.RegisterFilesService(srv, agent.NewFiles())
@@ -60,14 +70,24 @@ func newFakeGuest(hostname string, log *slog.Logger) (*fakeGuest, error) {
 // dial opens a stream to port: the agent, the port forwarder, or
 // channel.ErrRefused. It gives up when ctx or stop ends.
 func (g *fakeGuest) dial(ctx context.Context, port uint32, stop <-chan struct{}) (net.Conn, error) {
+	g.mu.Lock()
+	a := g.replaced[port]
+	g.mu.Unlock()
+	if a != nil {
+		return g.serveWith(port, a)
+	}
 	switch port {
 	case channel.AgentPort:
 		host, guest := net.Pipe()
-		if err := g.lis.offer(ctx, &gatedConn{Conn: guest, gate: g.gate}, stop); err != nil {
+		gc := &gatedConn{Conn: guest, gate: g.gate}
+		if err := g.lis.offer(ctx, gc, stop); err != nil {
 			host.Close()
 			guest.Close()
 			return nil, err
 		}
+		g.mu.Lock()
+		g.agentConns[gc] = true
+		g.mu.Unlock()
 		return host, nil
 	case channel.PortForwardPort:
 		host, guest := net.Pipe()
@@ -88,6 +108,54 @@ func (g *fakeGuest) dial(ctx context.Context, port uint32, stop <-chan struct{})
 }
 
 var errGuestClosed = errors.New("vmmtest: fake guest closed")
+
+// serveWith opens a stream to port that a serves.
+func (g *fakeGuest) serveWith(port uint32, a Agent) (net.Conn, error) {
+	host, guest := net.Pipe()
+	gc := &gatedConn{Conn: guest, gate: g.gate}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		host.Close()
+		return nil, errGuestClosed
+	}
+	g.streams[gc] = true
+	if port == channel.AgentPort {
+		g.agentConns[gc] = true
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer func() {
+			gc.Close()
+			g.mu.Lock()
+			delete(g.streams, gc)
+			delete(g.agentConns, gc)
+			g.mu.Unlock()
+		}()
+		a(gc)
+	}()
+	return host, nil
+}
+
+// replace makes a serve port's later streams (nil: what guestinit serves)
+// and, for the agent's port, closes the agent's open streams (the real
+// agent's or a replacement's).
+func (g *fakeGuest) replace(port uint32, a Agent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if a == nil {
+		delete(g.replaced, port)
+	} else {
+		g.replaced[port] = a
+	}
+	if port == channel.AgentPort {
+		for c := range g.agentConns {
+			c.Close()
+		}
+		clear(g.agentConns)
+	}
+}
 
 // forward serves one port-forward stream like guestinit does: it connects
 // to the TCP port the header names on the host's loopback.

@@ -219,6 +219,13 @@ func (v *FakeVM) end(exitErr error) {
 	})
 }
 
+// ReplaceAgent makes a serve the guest end of v's later streams on port
+// (nil: what guestinit serves there again), as root in a guest that kills
+// guestinit and starts its own would. Replacing the agent's port
+// (channel.AgentPort) also cuts the open streams of the agent it replaces,
+// so hostd's next call dials a. Only a test's hostile guest needs this.
+func (v *FakeVM) ReplaceAgent(port uint32, a Agent) { v.guest.replace(port, a) }
+
 // SwitchDisk moves disk index onto overlay, which must exist (see
 // vmm.DiskSwitcher); Disks reports the switch.
 func (v *FakeVM) SwitchDisk(ctx context.Context, index int, overlay string) error {
