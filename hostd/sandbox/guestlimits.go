@@ -19,6 +19,8 @@ import (
 //     the host's overlay does not grow). Writes beyond the limit fail with
 //     ENOSPC in the guest. The host-side bound is the overlay's virtual
 //     size (the base image's), whatever the guest does to the reserve.
+//     A DISK below what the filesystem already holds exits 3 with the MiB
+//     in use, which is the caller's error (ErrInvalid).
 const guestLimitsScript = `set -e
 cg=/sys/fs/cgroup/agentbox-exec
 if [ "$PIDS" -gt 0 ]; then
@@ -29,8 +31,12 @@ fi
 r=/.agentbox-disk-reserve
 rm -f $r
 if [ "$DISK" -gt 0 ]; then
-  set -- $(stat -f -c '%b %S' /)
-  reserve=$(( $1 * $2 - DISK ))
+  set -- $(stat -f -c '%b %a %S' /)
+  reserve=$(( $1 * $3 - DISK ))
+  if [ "$reserve" -gt $(( $2 * $3 )) ]; then
+    echo "$(( ($1 - $2) * $3 >> 20 ))" >&2
+    exit 3
+  fi
   if [ "$reserve" -gt 0 ]; then fallocate -l "$reserve" $r; fi
 fi
 `
@@ -52,9 +58,17 @@ func (m *Manager) applyGuestLimits(ctx context.Context, b *box) error {
 		return fmt.Errorf("sandbox: guest limits: %w", err)
 	}
 	var out bytes.Buffer
-	exit, err := c.Follow(ctx, id, 0, func(o agentclient.Output) error { out.Write(o.Data); return nil })
+	exit, err := c.Follow(ctx, id, 0, func(o agentclient.Output) error {
+		if out.Len() < 4096 { // the script says little; the guest is untrusted
+			out.Write(o.Data[:min(len(o.Data), 4096-out.Len())])
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("sandbox: guest limits: %w", err)
+	}
+	if exit.Code == 3 {
+		return fmt.Errorf("%w: disk_mib %d is below the %s MiB the root filesystem already holds", ErrInvalid, l.DiskMiB, bytes.TrimSpace(out.Bytes()))
 	}
 	if exit.Code != 0 {
 		return fmt.Errorf("sandbox: guest limits exited %d: %s", exit.Code, out.String())

@@ -229,6 +229,12 @@ func TestLimitsInTheGuest(t *testing.T) {
 			t.Fatalf("got exit %d, %q, want killed", code, out)
 		}
 	})
+	t.Run("a disk limit below what the root holds is the caller's error", func(t *testing.T) {
+		_, err := m.Create(ctx, sandbox.CreateOptions{MemoryMiB: 256, Limits: sandbox.Limits{DiskMiB: 16}})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "already holds") {
+			t.Fatalf("got %v, want ErrInvalid naming the space in use", err)
+		}
+	})
 }
 
 func TestLifecycleIdleTTL(t *testing.T) {
