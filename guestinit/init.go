@@ -52,6 +52,11 @@ func run(log *slog.Logger, booted time.Time) error {
 		return fmt.Errorf("load modules: %w", err)
 	}
 	log.Info("modules loaded", "count", loaded)
+	release := kernelRelease()
+	ondemand, err := stageOndemand(release)
+	if err != nil {
+		log.Warn("on-demand modules", "err", err)
+	}
 	root := args["agentbox.root"]
 	if root == "" {
 		root = "/dev/vda"
@@ -61,6 +66,11 @@ func run(log *slog.Logger, booted time.Time) error {
 	}
 	if err := lateMounts(); err != nil {
 		return err
+	}
+	if ondemand {
+		if err := exposeOndemand(release); err != nil {
+			log.Warn("on-demand modules", "err", err)
+		}
 	}
 	if h := args["agentbox.hostname"]; h != "" {
 		if err := unix.Sethostname([]byte(h)); err != nil {
