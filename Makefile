@@ -15,7 +15,7 @@ GO_TEST_FLAGS ?=
 
 -include mk/*.mk
 
-.PHONY: all deps assets kernel rootfs initramfs build generate check-generate test test-unit test-vm bench demo clean
+.PHONY: all deps assets kernel rootfs initramfs templates build generate check-generate test test-unit test-vm bench demo clean
 
 all: build
 
@@ -34,6 +34,15 @@ initramfs: kernel
 	bash images/mkinitramfs.sh $(BIN)/guestinit $(AGENTBOX_INITRAMFS)
 
 assets: kernel rootfs initramfs
+
+# The ready templates (images/templates/NAME) as OCI layouts in
+# $(CACHE)/templates/NAME, each cached by its recipe's key; `make
+# template-NAME` builds one.
+TEMPLATES := $(notdir $(wildcard images/templates/*))
+templates: $(addprefix template-,$(TEMPLATES))
+
+template-%: deps
+	bash images/build-template.sh $*
 
 build:
 	go build -o $(BIN)/ ./cmd/agentbox ./cmd/hostd
@@ -58,7 +67,7 @@ test-unit:
 	go vet -tags vm ./...
 	go test -race -count=1 $(GO_TEST_FLAGS) ./...
 
-test-vm: assets
+test-vm: assets templates
 	@mkdir -p $(BIN)/test-artifacts # screenshots and other files that tests keep (t.ArtifactDir)
 	go test -tags vm -count=1 -timeout 20m -artifacts -outputdir $(BIN)/test-artifacts $(GO_TEST_FLAGS) $(VM_PKGS)
 	@echo "Cloud Hypervisor end-to-end (runs only where the binary and working KVM exist):"

@@ -3,6 +3,7 @@
 #
 #   $CACHE/images/base-<KEY>.qcow2   ext4 inside qcow2, mode 0444
 #   $CACHE/images/base.qcow2 -> base-<KEY>.qcow2
+#   $CACHE/images/base-<KEY>.tree.tar.zst   its root tree (images/build-template.sh)
 #
 # KEY is the sha256 of images/rootfs.recipe followed by this script, so editing
 # either produces a new image; an existing one is never rebuilt. CACHE defaults
@@ -25,6 +26,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1fs", b-a}'; }
 [[ -f $RECIPE ]] || die "recipe not found: $RECIPE"
 KEY=$(cat "$RECIPE" "$SELF" | sha256sum | cut -d' ' -f1)
 OUT=$IDIR/base-$KEY.qcow2
+TREE_TAR=$IDIR/base-$KEY.tree.tar.zst
 
 point_link() {
 	if [[ $(readlink "$IDIR/base.qcow2" 2>/dev/null || true) != "base-$KEY.qcow2" ]]; then
@@ -33,14 +35,14 @@ point_link() {
 	fi
 }
 
-if [[ -f $OUT ]]; then
+if [[ -f $OUT && -f $TREE_TAR ]]; then
 	point_link
 	log "cached: $OUT"
 	exit 0
 fi
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (debootstrap, file ownership in the image)"
-for tool in debootstrap mkfs.ext4 qemu-img sha256sum flock du findmnt; do
+for tool in debootstrap zstd tar mkfs.ext4 qemu-img sha256sum flock du findmnt; do
 	command -v "$tool" >/dev/null 2>&1 || die "missing tool: $tool (run ci/install-deps.sh)"
 done
 
@@ -102,7 +104,7 @@ MIRROR=${MIRROR%/}
 mkdir -p "$IDIR/tmp" "$IDIR/debootstrap-cache"
 exec 9>"$IDIR/.lock"
 flock 9
-if [[ -f $OUT ]]; then # built by a concurrent run while we waited
+if [[ -f $OUT && -f $TREE_TAR ]]; then # built by a concurrent run while we waited
 	point_link
 	log "cached: $OUT"
 	exit 0
@@ -133,7 +135,7 @@ cleanup() {
 	local t
 	t=$(now)
 	remove_tree "$work"
-	rm -f "$IDIR/.base-$KEY.qcow2.tmp"
+	rm -f "$IDIR/.base-$KEY.qcow2.tmp" "$IDIR/.base-$KEY.tree.tar.zst.tmp"
 	log "cleanup: $(since "$t")"
 }
 trap cleanup EXIT
@@ -178,6 +180,15 @@ printf 'LANG=C.UTF-8\n' | put etc/default/locale
 rm -rf "$tree"/var/cache/apt/archives/*.deb "$tree"/var/cache/apt/*.bin \
 	"$tree"/var/lib/apt/lists/* "$tree/var/log/bootstrap.log"
 log "phase fixes: $(since "$t")"
+
+# ---------------------------------------------------------------- tree
+# The ready templates (images/build-template.sh) start from this tree.
+t=$(now)
+tar --numeric-owner --xattrs --xattrs-include='*' --acls -C "$tree" -cf - . |
+	zstd -q -T0 -3 -o "$IDIR/.base-$KEY.tree.tar.zst.tmp"
+chmod 0444 "$IDIR/.base-$KEY.tree.tar.zst.tmp"
+mv -f "$IDIR/.base-$KEY.tree.tar.zst.tmp" "$TREE_TAR"
+log "phase tree tarball: $(since "$t") ($(du -h "$TREE_TAR" | cut -f1))"
 
 # ---------------------------------------------------------------- ext4
 t=$(now)
