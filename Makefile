@@ -26,6 +26,7 @@ deps:
 
 kernel: deps
 	bash kernel/fetch.sh
+	bash kernel/ondemand.sh
 
 rootfs: deps
 	bash images/build-rootfs.sh

@@ -53,6 +53,11 @@ func run(log *slog.Logger, booted time.Time) error {
 		return fmt.Errorf("load modules: %w", err)
 	}
 	log.Info("modules loaded", "count", loaded)
+	release := kernelRelease()
+	ondemand, err := stageOndemand(release)
+	if err != nil {
+		log.Warn("on-demand modules", "err", err)
+	}
 	ph.done("modules")
 	root := args["agentbox.root"]
 	if root == "" {
@@ -63,6 +68,11 @@ func run(log *slog.Logger, booted time.Time) error {
 	}
 	if err := lateMounts(); err != nil {
 		return err
+	}
+	if ondemand {
+		if err := exposeOndemand(release); err != nil {
+			log.Warn("on-demand modules", "err", err)
+		}
 	}
 	ph.done("root")
 	if h := args["agentbox.hostname"]; h != "" {

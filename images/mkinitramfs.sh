@@ -10,6 +10,9 @@
 #   /init                       GUESTINIT_BINARY (static), mode 0755
 #   /lib/modules/*.ko           the flat plain modules from kernel/fetch.sh
 #   /lib/modules/modules.order  their load order, one basename a line
+#   /lib/modules/<release>/     the on-demand modules of kernel/ondemand.sh (a
+#                               depmod tree; guestinit binds it into the root
+#                               for modprobe), when $CACHE/kernel-ondemand has them
 #   /dev /proc /sys /newroot /tmp /run   empty mount points
 #   /dev/console                char 5:1, so /init has a console from the start
 #
@@ -26,6 +29,11 @@ INIT=$1
 CACHE=${AGENTBOX_CACHE:-/var/cache/agentbox}
 OUT=${2:-${AGENTBOX_INITRAMFS:-$CACHE/initramfs.cpio.gz}}
 MODS=$CACHE/kernel/modules
+ONDEMAND=
+if [[ -f $CACHE/kernel/VERSION ]]; then
+	read -r krel kver <"$CACHE/kernel/VERSION"
+	ONDEMAND=$CACHE/kernel-ondemand/${krel}_${kver//:/_}/$krel
+fi
 
 for tool in cpio gzip; do
 	command -v "$tool" >/dev/null 2>&1 || die "missing tool: $tool (run ci/install-deps.sh)"
@@ -58,6 +66,14 @@ while IFS= read -r ko; do
 	n=$((n + 1))
 done <"$MODS/modules.order"
 install -m 0644 "$MODS/modules.order" "$stage/lib/modules/modules.order"
+extra=none
+if [[ -n $ONDEMAND && -f $ONDEMAND/modules.dep ]]; then
+	install -d -m 0755 "$stage/lib/modules/$krel"
+	cp -a "$ONDEMAND/." "$stage/lib/modules/$krel/"
+	extra="$(find "$ONDEMAND" -name '*.ko*' | wc -l) on demand"
+else
+	log "no on-demand modules (run kernel/ondemand.sh): the guest cannot run containers"
+fi
 if [[ $(id -u) -eq 0 ]]; then
 	mknod -m 0600 "$stage/dev/console" c 5 1
 else
@@ -70,4 +86,4 @@ find "$stage" -exec touch -h -d @0 {} +
 	cpio -o -H newc --owner 0:0 --reproducible --quiet | gzip -1 -n) >"$tmpout"
 chmod 0644 "$tmpout"
 mv -f "$tmpout" "$OUT"
-log "$OUT: $(du -h "$OUT" | cut -f1), /init + $n modules ($(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2fs", b-a}'))"
+log "$OUT: $(du -h "$OUT" | cut -f1), /init + $n modules + $extra ($(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2fs", b-a}'))"
