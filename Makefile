@@ -71,7 +71,7 @@ test-unit:
 
 test-vm: assets templates
 	@mkdir -p $(BIN)/test-artifacts # screenshots and other files that tests keep (t.ArtifactDir)
-	go test -tags vm -count=1 -timeout 20m -artifacts -outputdir $(BIN)/test-artifacts $(GO_TEST_FLAGS) $(VM_PKGS)
+	go test -tags vm -count=1 -timeout 45m -artifacts -outputdir $(BIN)/test-artifacts $(GO_TEST_FLAGS) $(VM_PKGS)
 	@echo "Cloud Hypervisor end-to-end (runs only where the binary and working KVM exist):"
 	go test -count=1 -v -run TestConformanceRealCloudHypervisor ./vmm/cloudhypervisor/
 

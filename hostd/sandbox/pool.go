@@ -63,6 +63,9 @@ func (ps *pools) owned(ids map[string]bool) {
 		for _, e := range p.ready {
 			ids[e.b.id] = true
 		}
+		if p.restoring != "" {
+			ids[p.restoring] = true
+		}
 		p.mu.Unlock()
 	}
 }
@@ -73,6 +76,16 @@ type pool struct {
 	mu      sync.Mutex
 	ready   []poolEntry
 	filling bool
+	// restoring is the sandbox a refill is restoring: it has a cgroup and
+	// a directory but no record yet, and the reaper must not take it.
+	restoring string
+}
+
+// setRestoring records the id a refill is restoring ("" when done).
+func (p *pool) setRestoring(id string) {
+	p.mu.Lock()
+	p.restoring = id
+	p.mu.Unlock()
 }
 
 type poolEntry struct {
@@ -194,6 +207,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
 			Dir: filepath.Join(w.m.opts.DataDir, "sandboxes", id)}
 		var b *box
+		p.setRestoring(id)
 		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
 		if err == nil {
 			b, err = w.m.restore(ctx, rec, sn, false, func() error { return nil })
@@ -209,9 +223,11 @@ func (w *warm) refill(ctx context.Context, name string) {
 			w.m.nets.detach(id)
 			w.m.reg.remove(id)
 			removeDir(rec.Dir, w.m.log)
+			p.setRestoring("")
 			return
 		}
 		p.put(poolEntry{b: b, rec: rec}, false)
+		p.setRestoring("")
 		if w.m.closing() {
 			w.drainPool(name)
 		}
