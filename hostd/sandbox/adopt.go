@@ -277,13 +277,7 @@ func (n *networks) release(id string) {
 // Connections through the proxy or the port proxy end. A paused sandbox
 // stays paused. It waits for the background work, like Close.
 func (m *Manager) Release(ctx context.Context) error {
-	m.bgMu.Lock()
-	m.closed = true
-	m.bgMu.Unlock()
-	for _, e := range m.reg.entries() {
-		e.stopTimers()
-	}
-	m.warm.stopPools()
+	m.stopAccepting()
 	var errs []error
 	for _, b := range m.reg.boxes() {
 		if !m.reg.forget(b) {
@@ -306,3 +300,15 @@ func (m *Manager) Release(ctx context.Context) error {
 // it stopped. It is an ErrAgentLost (the API's agent_unreachable): the
 // sandbox runs on, and the next hostd serves it again.
 var ErrHostdStopped = fmt.Errorf("%w: hostd stopped; the sandbox runs on", ErrAgentLost)
+
+// stopAccepting begins Close and Release: no new background work, no
+// timers, no pool refills.
+func (m *Manager) stopAccepting() {
+	m.bgMu.Lock()
+	m.closed = true
+	m.bgMu.Unlock()
+	for _, e := range m.reg.entries() {
+		e.stopTimers()
+	}
+	m.warm.stopPools()
+}

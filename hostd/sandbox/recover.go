@@ -129,16 +129,11 @@ func (m *Manager) recoverPaused(ctx context.Context, r store.Sandbox) bool {
 }
 
 // Close stops every live sandbox, marks them failed (the VMs do not run
-// on: Release is the close that leaves them for the next hostd), and waits for the manager's background work (watchers,
-// pool refills, timers, snapshot manifests) to end.
+// on: Release is the close that leaves them for the next hostd), and waits
+// for the manager's background work (watchers, pool refills, timers,
+// snapshot manifests) to end.
 func (m *Manager) Close(ctx context.Context) error {
-	m.bgMu.Lock()
-	m.closed = true
-	m.bgMu.Unlock()
-	for _, e := range m.reg.entries() {
-		e.stopTimers()
-	}
-	m.warm.stopPools()
+	m.stopAccepting()
 	var errs []error
 	for _, b := range m.reg.boxes() {
 		if !m.reg.forget(b) {
