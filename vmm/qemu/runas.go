@@ -17,9 +17,9 @@ func (d *Driver) seccomp() string {
 // runAsArgs makes QEMU drop to d.runAs after opening its devices, disks,
 // memory and sockets. Files it opens later (the overlay of a snapshot's
 // blockdev-snapshot-sync) must be the user's: the caller owns the VM's
-// directory and overlays to it. The kernel clears the parent-death signal
-// when a process changes its uid, so such a VM outlives a hostd that dies;
-// hostd's reaper kills it from its cgroup at the next start.
+// directory and overlays to it. Every VMM outlives hostd by design (no
+// parent-death signal, vmm.StartProcess), so the uid change costs nothing:
+// the next hostd re-adopts it or its reaper stops it.
 func (d *Driver) runAsArgs() []string {
 	if d.runAs == "" {
 		return nil
