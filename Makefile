@@ -40,7 +40,7 @@ assets: kernel rootfs initramfs
 # The ready templates (images/templates/NAME) as OCI layouts in
 # $(CACHE)/templates/NAME, each cached by its recipe's key; `make
 # template-NAME` builds one.
-TEMPLATES := $(notdir $(wildcard images/templates/*))
+TEMPLATES := $(notdir $(patsubst %/recipe,%,$(wildcard images/templates/*/recipe)))
 templates: $(addprefix template-,$(TEMPLATES))
 
 template-%: deps

@@ -29,7 +29,7 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1fs", b-a}'; }
 
 NAME=${1:-}
-[[ $NAME =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "usage: $0 NAME (one of: $(ls "$HERE/templates" | tr '\n' ' '))"
+[[ $NAME =~ ^[a-z0-9][a-z0-9-]*$ ]] || die "usage: $0 NAME (one of: $(cd "$HERE/templates" && ls -d */ | tr -d / | tr '\n' ' '))"
 SRC=$HERE/templates/$NAME
 RECIPE=$SRC/recipe
 [[ -f $RECIPE ]] || die "no template $NAME: $RECIPE not found"
