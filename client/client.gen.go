@@ -599,12 +599,13 @@ type CreateSandboxRequest struct {
 	// Snapshot Start from this snapshot (its vcpus and memory win).
 	Snapshot string `json:"snapshot,omitempty"`
 
-	// Start With a template built from an image, start the image's
-	// Entrypoint and Cmd as the sandbox's main service: a background
-	// exec session (with the image's Env, WorkingDir and User) whose
-	// id the answer's main_exec_id gives; read it with attachExec.
-	// A template without a command is a 400, and a command that cannot
-	// start deletes the sandbox.
+	// Start With a template built from an image or a Dockerfile, start its
+	// Entrypoint and Cmd (the image's, or the Dockerfile's ENTRYPOINT
+	// and CMD) as the sandbox's main service: a background exec
+	// session (with the template's Env, WorkingDir and User) whose id
+	// the answer's main_exec_id gives; read it with attachExec. A
+	// template without a command is a 400 (the sandbox is deleted),
+	// and a command that cannot start deletes the sandbox.
 	Start bool `json:"start,omitempty"`
 
 	// Template Start from this template (claims a warm sandbox when one is ready).

@@ -47,7 +47,7 @@ func TestDockerfileBuild(t *testing.T) {
 	df := func(last string) string {
 		p := filepath.Join(dir, "Dockerfile")
 		src := "FROM " + ref + "\nUSER root\nENV MODE=test\n" + addUser + "\nWORKDIR /srv/app\nCOPY app/ ./\n" +
-			"RUN echo \"built in $(pwd) mode $MODE\" > built.txt && chmod 777 .\nUSER app\nCMD [\"sh\"]\n" + last + "\n"
+			"RUN echo \"built in $(pwd) mode $MODE\" > built.txt && chmod 777 .\nUSER app\nCMD [\"echo main $(id -u) $(pwd) $MODE > /tmp/main.txt; exec sleep 600\"]\n" + last + "\n"
 		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestDockerfileBuild(t *testing.T) {
 		if !strings.HasPrefix(res.Stdout, want) || strings.Contains(res.Stdout, "\nskip.log\n") {
 			t.Errorf("sandbox from the Dockerfile's template: got %q, want %q and no skip.log", res.Stdout, want)
 		}
-		if res := mustExec(t, c, sb.ID, "cat", dockerfile.ConfigFile); !strings.Contains(res.Stdout, `"sh"`) {
+		if res := mustExec(t, c, sb.ID, "cat", dockerfile.ConfigFile); !strings.Contains(res.Stdout, "exec sleep 600") {
 			t.Errorf("recorded config: %q", res.Stdout)
 		}
 		if res := mustExec(t, c, sb.ID, "sh", "-c", "id -u; id -un"); res.Stdout != "1234\napp\n" {
@@ -112,6 +112,39 @@ func TestDockerfileBuild(t *testing.T) {
 		t.Errorf("rebuild: the image template was not reused")
 	}
 	check("two")
+	checkDockerfileMain(t, c, "dfapp")
+}
+
+// checkDockerfileMain starts a sandbox of tpl with start: the Dockerfile's
+// CMD runs after the ENTRYPOINT it inherits (the image's /bin/sh -c, as
+// Docker does), as its USER, in its WORKDIR, with its ENV.
+func checkDockerfileMain(t *testing.T, c *client.Client, tpl string) {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tpl, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSandbox(ctx, sb.ID)
+	if sb.MainExecID == "" {
+		t.Fatal("create with start: no main_exec_id")
+	}
+	var got bytes.Buffer
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got.Reset()
+		if err := c.ReadFile(ctx, sb.ID, "/tmp/main.txt", &got); err == nil && strings.HasSuffix(got.String(), "\n") {
+			break
+		}
+	}
+	if got.String() != "main 1234 /srv/app test\n" {
+		list, err := c.ListExecs(ctx, sb.ID)
+		var out strings.Builder
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = c.Attach(actx, sb.ID, sb.MainExecID, 0, func(ev client.Event) error { out.Write(ev.Data); return nil })
+		t.Errorf("the Dockerfile's CMD wrote %q, want it run as app (1234) in /srv/app with MODE=test (sessions %+v, %v; output %q)",
+			got.String(), list, err, out.String())
+	}
 }
 
 // busyboxToolsImage is busyboxImage with a second layer of the applets a

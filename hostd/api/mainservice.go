@@ -2,29 +2,85 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"slices"
 
+	"github.com/agentbox/agentbox/client/dockerfile"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
 )
 
+// maxGuestConfig bounds the Dockerfile config read back from a guest.
+const maxGuestConfig = 64 << 10
+
 // mainCommand is the command a create with start runs: the Entrypoint and
-// Cmd of the image that template name was built from.
-func (s *server) mainCommand(ctx context.Context, template string) ([]string, error) {
-	if template == "" || s.images == nil {
-		return nil, badRequest(CodeInvalidRequest, "start needs a template built from an image")
+// Cmd of the image that template name was built from. A template that was
+// not built from an image may be a Dockerfile's, whose build recorded them
+// in the guest (dockerfile.ConfigFile): then inGuest is true, and
+// guestMainCommand reads them once the sandbox runs.
+func (s *server) mainCommand(ctx context.Context, template string) (argv []string, inGuest bool, err error) {
+	if template == "" {
+		return nil, false, badRequest(CodeInvalidRequest, "start needs a template built from an image or a Dockerfile")
+	}
+	if s.images == nil {
+		return nil, true, nil
 	}
 	_, cfg, err := s.images.Image(ctx, template)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, badRequest(CodeInvalidRequest, "start: template %s was not built from an image, so it has no Entrypoint or Cmd", template)
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	argv = append(slices.Clone(cfg.Entrypoint), cfg.Cmd...)
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, false, badRequest(CodeInvalidRequest, "start: template %s's image has no Entrypoint or Cmd", template)
+	}
+	return argv, false, nil
+}
+
+// guestMainCommand reads the Entrypoint and Cmd that a Dockerfile build
+// recorded in sandbox id (the guest's file: bounded, and only data). A
+// sandbox without them is deleted: start was the caller's mistake.
+func (s *server) guestMainCommand(ctx context.Context, id, template string) ([]string, error) {
+	argv, err := s.readGuestMain(ctx, id, template)
+	if err != nil {
+		if derr := s.m.Delete(context.WithoutCancel(ctx), id); derr != nil {
+			s.log.Warn("delete sandbox that has no main service", "sandbox_id", id, "err", derr)
+		}
+	}
+	return argv, err
+}
+
+func (s *server) readGuestMain(ctx context.Context, id, template string) ([]string, error) {
+	rc, err := s.m.ReadFile(ctx, id, dockerfile.ConfigFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, badRequest(CodeInvalidRequest, "start: template %s was built neither from an image nor from a Dockerfile, so it has no Entrypoint or Cmd", template)
 	}
 	if err != nil {
 		return nil, err
 	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxGuestConfig+1))
+	if err != nil {
+		return nil, err
+	}
+	var cfg dockerfile.Config
+	if len(b) > maxGuestConfig {
+		err = fmt.Errorf("larger than %d bytes", maxGuestConfig)
+	} else {
+		err = json.Unmarshal(b, &cfg)
+	}
+	if err != nil {
+		return nil, badRequest(CodeInvalidRequest, "start: template %s: the recorded Dockerfile config is unusable: %v", template, err)
+	}
 	argv := append(slices.Clone(cfg.Entrypoint), cfg.Cmd...)
 	if len(argv) == 0 || argv[0] == "" {
-		return nil, badRequest(CodeInvalidRequest, "start: template %s's image has no Entrypoint or Cmd", template)
+		return nil, badRequest(CodeInvalidRequest, "start: template %s's Dockerfile has no ENTRYPOINT or CMD", template)
 	}
 	return argv, nil
 }

@@ -46,8 +46,9 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		err = errors.Join(checkEnv("env", req.Env), checkEnv("secret_env", req.SecretEnv), s.checkSecrets(r.Context(), req))
 	}
 	var mainCmd []string
+	var mainInGuest bool
 	if err == nil && req.Start {
-		mainCmd, err = s.mainCommand(r.Context(), req.Template)
+		mainCmd, mainInGuest, err = s.mainCommand(r.Context(), req.Template)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -73,6 +74,12 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := toSandbox(info)
+	if mainInGuest {
+		if mainCmd, err = s.guestMainCommand(r.Context(), info.ID, req.Template); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	if mainCmd != nil {
 		if out.MainExecID, err = s.startMain(r.Context(), info.ID, mainCmd); err != nil {
 			s.writeError(w, r, err)
