@@ -271,3 +271,12 @@ func accel() vmm.Accel {
 	}
 	return vmm.AccelTCG
 }
+
+// addTo puts the floors into the table (boots: how many bare boots).
+func (fl floors) addTo(t *table, boots int) {
+	t.dur(fmt.Sprintf("floor: bare boot (same kernel, trivial init) → answers, p50 of %d", boots), fl.boot, "", 0, "", "no agent, network, disk or cgroups")
+	t.dur("floor: bare clone (memory file mapped copy-on-write) → answers, p50 of 3", fl.clone, "", 0, "", "")
+	t.dur("floor: bare restore (memory in the migration stream) → answers, p50 of 3", fl.restore, "", 0, "", "")
+	t.rate("floor: raw agent-channel stream host → guest", fl.inMiBs, "", 0, "", "virtio-serial, 64 MiB")
+	t.rate("floor: raw agent-channel stream guest → host", fl.outMiBs, "", 0, "", "virtio-serial, 64 MiB")
+}

@@ -41,36 +41,50 @@ type env struct {
 	url, key string
 }
 
-func run(t *table) error {
-	boots := flag.Int("boots", 5, "cold boots (and restores, bare boots) to measure")
-	execs := flag.Int("execs", 200, "exec round trips to measure")
-	requests := flag.Int("requests", 200, "proxied HTTPS requests to measure")
-	netOnly := flag.Bool("network-only", false, "run only the egress proxy benchmarks")
-	recOnly := flag.Bool("recorder-only", false, "run only the flight recorder's cost")
-	mountsOnly := flag.Bool("mounts-only", false, "run only the mounts' throughput")
-	coreOnly := flag.Bool("core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
-	guestNet := flag.Bool("guest", false, "with -network-only: also the downloads from inside a sandbox")
-	jsonOut := flag.String("json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
+// options are the bench's flags.
+type options struct {
+	boots, execs, requests, density                  int
+	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
+	jsonOut                                          string
+	densityLimit                                     time.Duration
+}
+
+func parseFlags() options {
+	var o options
+	flag.IntVar(&o.boots, "boots", 5, "cold boots (and restores, bare boots) to measure")
+	flag.IntVar(&o.execs, "execs", 200, "exec round trips to measure")
+	flag.IntVar(&o.requests, "requests", 200, "proxied HTTPS requests to measure")
+	flag.BoolVar(&o.netOnly, "network-only", false, "run only the egress proxy benchmarks")
+	flag.BoolVar(&o.recOnly, "recorder-only", false, "run only the flight recorder's cost")
+	flag.BoolVar(&o.mountsOnly, "mounts-only", false, "run only the mounts' throughput")
+	flag.BoolVar(&o.coreOnly, "core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
+	flag.BoolVar(&o.guestNet, "guest", false, "with -network-only: also the downloads from inside a sandbox")
+	flag.StringVar(&o.jsonOut, "json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
 	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
-	density := flag.Int("density", 0, "run only the density bench: start this many sandboxes from one template")
-	densityLimit := flag.Duration("density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
+	flag.IntVar(&o.density, "density", 0, "run only the density bench: start this many sandboxes from one template")
+	flag.DurationVar(&o.densityLimit, "density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
+	return o
+}
+
+func run(t *table) error {
+	o := parseFlags()
 	p := &progress{start: time.Now(), w: os.Stderr}
 	done := func() error {
 		t.print(os.Stdout)
-		return t.writeJSON(*jsonOut)
+		return t.writeJSON(o.jsonOut)
 	}
-	if *mountsOnly {
+	if o.mountsOnly {
 		if err := benchMounts(context.Background(), t); err != nil {
 			return err
 		}
 		return done()
 	}
-	if *netOnly {
-		if err := benchNetwork(t, *requests); err != nil {
+	if o.netOnly {
+		if err := benchNetwork(t, o.requests); err != nil {
 			return err
 		}
-		if *guestNet {
+		if o.guestNet {
 			if err := benchGuestDownload(context.Background(), t); err != nil {
 				return err
 			}
@@ -80,17 +94,13 @@ func run(t *table) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := &env{t: t, p: p}
-	if !*recOnly && *density == 0 {
-		fl, err := measureFloors(ctx, *boots, p)
+	if !o.recOnly && o.density == 0 {
+		fl, err := measureFloors(ctx, o.boots, p)
 		if err != nil {
 			return fmt.Errorf("floors: %w", err)
 		}
 		e.fl = fl
-		t.dur(fmt.Sprintf("floor: bare boot (same kernel, trivial init) → answers, p50 of %d", *boots), fl.boot, "", 0, "", "no agent, network, disk or cgroups")
-		t.dur("floor: bare clone (memory file mapped copy-on-write) → answers, p50 of 3", fl.clone, "", 0, "", "")
-		t.dur("floor: bare restore (memory in the migration stream) → answers, p50 of 3", fl.restore, "", 0, "", "")
-		t.rate("floor: raw agent-channel stream host → guest", fl.inMiBs, "", 0, "", "virtio-serial, 64 MiB")
-		t.rate("floor: raw agent-channel stream guest → host", fl.outMiBs, "", 0, "", "virtio-serial, 64 MiB")
+		fl.addTo(t, o.boots)
 	}
 	p.step("starting hostd")
 	c, stop, err := startHostd(ctx, e)
@@ -99,19 +109,19 @@ func run(t *table) error {
 	}
 	defer stop()
 	e.c = c
-	if *recOnly {
-		if err := benchRecorder(ctx, c, t, *execs); err != nil {
+	if o.recOnly {
+		if err := benchRecorder(ctx, c, t, o.execs); err != nil {
 			return err
 		}
 		return done()
 	}
-	if *density > 0 {
-		if err := benchDensity(ctx, e, *density, *densityLimit); err != nil {
+	if o.density > 0 {
+		if err := benchDensity(ctx, e, o.density, o.densityLimit); err != nil {
 			return err
 		}
 		return done()
 	}
-	cold, err := benchBoot(ctx, e, *boots)
+	cold, err := benchBoot(ctx, e, o.boots)
 	if err != nil {
 		return err
 	}
@@ -121,7 +131,7 @@ func run(t *table) error {
 	}
 	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
 	for _, b := range []func(context.Context, *env, client.Sandbox, int) error{benchExec, benchFiles} {
-		if err := b(ctx, e, sb, *execs); err != nil {
+		if err := b(ctx, e, sb, o.execs); err != nil {
 			return err
 		}
 	}
@@ -131,22 +141,32 @@ func run(t *table) error {
 	if err := benchBasePool(ctx, e); err != nil {
 		return err
 	}
-	if *coreOnly {
+	if o.coreOnly {
 		return done()
 	}
-	p.step("services")
-	if err := benchServices(ctx, c, sb, t, *execs); err != nil {
+	if err := benchRest(ctx, e, sb, o.execs, o.requests); err != nil {
 		return err
 	}
-	if err := benchIdle(ctx, e, sb, *execs); err != nil {
+	return done()
+}
+
+// benchRest runs what the full bench adds to -core: services, idle pause,
+// the flight recorder, the egress proxy, downloads and mounts.
+func benchRest(ctx context.Context, e *env, sb client.Sandbox, execs, requests int) error {
+	c, t, p := e.c, e.t, e.p
+	p.step("services")
+	if err := benchServices(ctx, c, sb, t, execs); err != nil {
+		return err
+	}
+	if err := benchIdle(ctx, e, sb, execs); err != nil {
 		return err
 	}
 	p.step("flight recorder")
-	if err := benchRecorder(ctx, c, t, *execs); err != nil {
+	if err := benchRecorder(ctx, c, t, execs); err != nil {
 		return err
 	}
 	p.step("egress proxy")
-	if err := benchNetwork(t, *requests); err != nil {
+	if err := benchNetwork(t, requests); err != nil {
 		return err
 	}
 	p.step("downloads from a sandbox")
@@ -154,10 +174,7 @@ func run(t *table) error {
 		return err
 	}
 	p.step("mounts")
-	if err := benchMounts(ctx, t); err != nil {
-		return err
-	}
-	return done()
+	return benchMounts(ctx, t)
 }
 
 // startHostd runs hostd in this process with TCG unless AGENTBOX_ACCEL says,
