@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/agentbox/agentbox/client"
@@ -56,7 +58,7 @@ func TestDockerInSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tarball.Write(ref, busyboxImage(t), &tar); err != nil {
+	if err := tarball.Write(ref, plainBusyboxImage(t), &tar); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WriteFile(ctx, sb.ID, "/root/busybox.tar", 0o644, &tar); err != nil {
@@ -247,4 +249,23 @@ func dockerLayout(t *testing.T) (layout, dir string) {
 		t.Fatalf("the docker template's layout is missing (run `make template-docker`): %v", err)
 	}
 	return layout, dir
+}
+
+// plainBusyboxImage is busyboxImage without the config the image-template
+// test gives it (Entrypoint sh -c, Cmd, USER 1000, WorkingDir): `docker run
+// IMG echo hi` then runs echo itself, as root, like a plain busybox image.
+func plainBusyboxImage(t *testing.T) v1.Image {
+	t.Helper()
+	img := busyboxImage(t)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config = v1.Config{Env: []string{"PATH=/bin"}}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
