@@ -129,21 +129,15 @@ func checkDockerfileMain(t *testing.T, c *client.Client, tpl string) {
 	if sb.MainExecID == "" {
 		t.Fatal("create with start: no main_exec_id")
 	}
-	var got bytes.Buffer
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		got.Reset()
-		if err := c.ReadFile(ctx, sb.ID, "/tmp/main.txt", &got); err == nil && strings.HasSuffix(got.String(), "\n") {
-			break
-		}
-	}
-	if got.String() != "main 1234 /srv/app test\n" {
+	got := readLine(t, c, sb.ID, "/tmp/main.txt")
+	if got != "main 1234 /srv/app test\n" {
 		list, err := c.ListExecs(ctx, sb.ID)
 		var out strings.Builder
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		_ = c.Attach(actx, sb.ID, sb.MainExecID, 0, func(ev client.Event) error { out.Write(ev.Data); return nil })
 		t.Errorf("the Dockerfile's CMD wrote %q, want it run as app (1234) in /srv/app with MODE=test (sessions %+v, %v; output %q)",
-			got.String(), list, err, out.String())
+			got, list, err, out.String())
 	}
 }
 

@@ -206,15 +206,9 @@ func checkMainService(t *testing.T, c *client.Client, tpl string) {
 	if sb.MainExecID == "" {
 		t.Fatal("create with start: no main_exec_id")
 	}
-	var got bytes.Buffer
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		got.Reset()
-		if err := c.ReadFile(ctx, sb.ID, "/tmp/main.txt", &got); err == nil && strings.HasSuffix(got.String(), "\n") {
-			break
-		}
-	}
-	if got.String() != "main 1000 /work from-image\n" {
-		t.Errorf("the main service wrote %q, want it run as 1000 in /work with the image's env", got.String())
+	got := readLine(t, c, sb.ID, "/tmp/main.txt")
+	if got != "main 1000 /work from-image\n" {
+		t.Errorf("the main service wrote %q, want it run as 1000 in /work with the image's env", got)
 	}
 	list, err := c.ListExecs(ctx, sb.ID)
 	if err != nil || len(list) == 0 || list[0].ExecID != sb.MainExecID || !list[0].Running {
@@ -238,4 +232,18 @@ func checkMainService(t *testing.T, c *client.Client, tpl string) {
 	if !errors.As(err, &ae) || ae.Status != 400 {
 		t.Errorf("start without a template: %v, want 400", err)
 	}
+}
+
+// readLine waits (up to 2 min) until the file at path in sandbox id holds a
+// whole line, as a main service writes it, and returns what it holds.
+func readLine(t *testing.T, c *client.Client, id, path string) string {
+	t.Helper()
+	var got bytes.Buffer
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got.Reset()
+		if err := c.ReadFile(context.Background(), id, path, &got); err == nil && strings.HasSuffix(got.String(), "\n") {
+			break
+		}
+	}
+	return got.String()
 }

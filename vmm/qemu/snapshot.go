@@ -260,9 +260,32 @@ func copyInto(dst *os.File, path string) error {
 	if err != nil {
 		return err
 	}
+	return copyExtents(dst, src, fi.Size())
+}
+
+// copySparse copies the data extents of src (size bytes) into a new file at
+// path, leaving holes where src has them (untouched guest memory).
+func copySparse(path string, src *os.File, size int64) error {
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	if err := copyExtents(dst, src, size); err != nil {
+		return err
+	}
+	if err := dst.Truncate(size); err != nil {
+		return err
+	}
+	return dst.Sync()
+}
+
+// copyExtents copies the data extents of src's first size bytes into dst at
+// the same offsets, skipping its holes (SEEK_DATA/SEEK_HOLE).
+func copyExtents(dst io.WriterAt, src *os.File, size int64) error {
 	fd := int(src.Fd())
 	buf := make([]byte, 1<<20)
-	for off := int64(0); off < fi.Size(); {
+	for off := int64(0); off < size; {
 		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break
@@ -280,41 +303,6 @@ func copyInto(dst *os.File, path string) error {
 		off = hole
 	}
 	return nil
-}
-
-// copySparse copies the data extents of src (size bytes) into a new file at
-// path, leaving holes where src has them (untouched guest memory).
-func copySparse(path string, src *os.File, size int64) error {
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	fd := int(src.Fd())
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("seek data: %w", err)
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole: %w", err)
-		}
-		if _, err := dst.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := io.Copy(dst, io.NewSectionReader(src, data, hole-data)); err != nil {
-			return err
-		}
-		off = hole
-	}
-	if err := dst.Truncate(size); err != nil {
-		return err
-	}
-	return dst.Sync()
 }
 
 func writeSynced(path string, b []byte) error {
