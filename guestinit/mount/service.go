@@ -148,23 +148,40 @@ func (s *Service) current(ctx context.Context) (agentv1.MountsService, error) {
 
 // call runs fn on the current connection, again on the next one when the
 // connection breaks under it, until it answers or the op's time is up.
+//
+// A signal to the calling process (FUSE_INTERRUPT cancels ctx) ends only
+// the wait for a connection, with EINTR, which libc's and Go's callers
+// retry. Once sent, the op runs on the host whatever the guest does, so it
+// waits for the answer: an interrupted rename answered EIO, and retried,
+// would find its source gone.
 func (s *Service) call(ctx context.Context, fn func(ctx context.Context, c agentv1.MountsService) (int32, error)) unix.Errno {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	deadline := time.Now().Add(opTimeout)
+	sent, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	for {
-		c, err := s.current(ctx)
+		c, err := s.currentBy(ctx, deadline)
 		if err != nil {
+			if ctx.Err() != nil {
+				return unix.EINTR
+			}
 			return unix.EIO
 		}
-		errno, err := fn(ctx, c)
+		errno, err := fn(sent, c)
 		if err == nil {
 			return unix.Errno(errno)
 		}
-		if ctx.Err() != nil || !errors.Is(err, ttrpc.ErrClosed) {
+		if sent.Err() != nil || !errors.Is(err, ttrpc.ErrClosed) {
 			return unix.EIO
 		}
 		s.drop(c)
 	}
+}
+
+// currentBy is current, waiting until ctx ends or the deadline passes.
+func (s *Service) currentBy(ctx context.Context, deadline time.Time) (agentv1.MountsService, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return s.current(ctx)
 }
 
 // ensure mounts sp unless a mount is already at its path (this guest was

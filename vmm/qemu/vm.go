@@ -118,10 +118,19 @@ func (vm *VM) Wait(ctx context.Context) error {
 
 func (vm *VM) path(name string) string { return filepath.Join(vm.cfg.Dir, name) }
 
-// connectQMP waits for QEMU's QMP socket and connects to it.
+// qmpReadyTimeout bounds the wait for QMP when the caller's ctx has no
+// deadline of its own. A QEMU that lives is given the caller's whole time:
+// ten starting at once under TCG on two cores take more than 10 s to listen.
+const qmpReadyTimeout = 2 * time.Minute
+
+// connectQMP waits for QEMU's QMP socket and connects to it, while QEMU
+// runs and ctx lasts.
 func (vm *VM) connectQMP(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, qmpReadyTimeout)
+		defer cancel()
+	}
 	for {
 		q, err := dialQMP(ctx, vm.path(qmpSocket))
 		if err == nil {

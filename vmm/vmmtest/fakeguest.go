@@ -70,24 +70,28 @@ func newFakeGuest(hostname string, log *slog.Logger) (*fakeGuest, error) {
 // dial opens a stream to port: the agent, the port forwarder, or
 // channel.ErrRefused. It gives up when ctx or stop ends.
 func (g *fakeGuest) dial(ctx context.Context, port uint32, stop <-chan struct{}) (net.Conn, error) {
-	g.mu.Lock()
-	a := g.replaced[port]
-	g.mu.Unlock()
-	if a != nil {
-		return g.serveWith(port, a)
+	if c, ok, err := g.serveReplaced(port); ok {
+		return c, err
 	}
 	switch port {
 	case channel.AgentPort:
 		host, guest := net.Pipe()
 		gc := &gatedConn{Conn: guest, gate: g.gate}
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			return nil, errGuestClosed
+		}
+		g.agentConns[gc] = true // before the agent has it: a close ends it
+		g.mu.Unlock()
 		if err := g.lis.offer(ctx, gc, stop); err != nil {
+			g.mu.Lock()
+			delete(g.agentConns, gc)
+			g.mu.Unlock()
 			host.Close()
 			guest.Close()
 			return nil, err
 		}
-		g.mu.Lock()
-		g.agentConns[gc] = true
-		g.mu.Unlock()
 		return host, nil
 	case channel.PortForwardPort:
 		host, guest := net.Pipe()
@@ -109,16 +113,21 @@ func (g *fakeGuest) dial(ctx context.Context, port uint32, stop <-chan struct{})
 
 var errGuestClosed = errors.New("vmmtest: fake guest closed")
 
-// serveWith opens a stream to port that a serves.
-func (g *fakeGuest) serveWith(port uint32, a Agent) (net.Conn, error) {
-	host, guest := net.Pipe()
-	gc := &gatedConn{Conn: guest, gate: g.gate}
+// serveReplaced opens a stream to port that its replacement Agent serves,
+// if it has one (ok). The lookup and the stream's registration are under
+// one lock, so a replace that ends the agent's streams ends this one too.
+func (g *fakeGuest) serveReplaced(port uint32) (conn net.Conn, ok bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
-		host.Close()
-		return nil, errGuestClosed
+	a := g.replaced[port]
+	if a == nil {
+		return nil, false, nil
 	}
+	if g.closed {
+		return nil, true, errGuestClosed
+	}
+	host, guest := net.Pipe()
+	gc := &gatedConn{Conn: guest, gate: g.gate}
 	g.streams[gc] = true
 	if port == channel.AgentPort {
 		g.agentConns[gc] = true
@@ -135,7 +144,7 @@ func (g *fakeGuest) serveWith(port uint32, a Agent) (net.Conn, error) {
 		}()
 		a(gc)
 	}()
-	return host, nil
+	return host, true, nil
 }
 
 // replace makes a serve port's later streams (nil: what guestinit serves)
@@ -213,6 +222,11 @@ func (g *fakeGuest) beginClose() {
 	g.mu.Lock()
 	g.closed = true
 	for c := range g.streams {
+		c.Close()
+	}
+	// The agent's streams end with the VM too, busy or not: ttrpc's
+	// Server.Close leaves a connection with a call in flight open.
+	for c := range g.agentConns {
 		c.Close()
 	}
 	g.mu.Unlock()
