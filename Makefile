@@ -62,7 +62,9 @@ check-generate: generate
 	@git diff --exit-code -- proto hostd/api client vmm/cloudhypervisor || { echo "generated code is stale: run make generate" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- proto hostd/api client vmm/cloudhypervisor)" || { git status --porcelain; echo "make generate left new files" >&2; exit 1; }
 
-test: assets test-unit test-vm
+# test: unit tests (with the fuzz seed corpora), real VMs, then a short
+# fuzzing pass of every target (mk/fuzz.mk).
+test: assets test-unit test-vm fuzz-short
 
 test-unit:
 	go vet ./...
