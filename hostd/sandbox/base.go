@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -40,7 +41,70 @@ const (
 type bases struct {
 	mu       sync.Mutex
 	building map[string]bool
-	digest   string // of the boot assets, once known
+	bad      map[string]bool // base snapshots that failed to restore, by id
+	digest   string          // of the boot assets, once known
+}
+
+// setBad marks base snapshot id as one that does not restore.
+func (b *bases) setBad(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bad == nil {
+		b.bad = map[string]bool{}
+	}
+	b.bad[id] = true
+}
+
+func (b *bases) isBad(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.bad[id]
+}
+
+// bootAfterBadBase serves a create whose base snapshot did not restore
+// (rerr: its files damaged, or written by another QEMU) with a cold boot,
+// which becomes the shape's new base snapshot unless one is being made.
+// The bad one is set aside for this hostd's later creates, and removed
+// when nothing uses it. A create whose own time ran out just fails.
+func (m *Manager) bootAfterBadBase(ctx context.Context, rec store.Sandbox, opts CreateOptions, sn store.Snapshot,
+	b *box, rerr error, netReady func() error) (*box, error) {
+	if ctx.Err() != nil {
+		return b, rerr
+	}
+	m.log.Warn("base snapshot did not restore; booting cold", "sandbox_id", rec.ID, "snapshot_id", sn.ID, "err", rerr)
+	m.bases.setBad(sn.ID)
+	if b != nil {
+		b.removeCgroup()
+	}
+	if err := os.RemoveAll(rec.Dir); err != nil {
+		return nil, errors.Join(rerr, err)
+	}
+	b, err := m.boot(ctx, rec, opts, netReady)
+	if err != nil || !m.bases.claimBuild(sn.CacheKey, true) {
+		return b, err
+	}
+	defer m.bases.claimBuild(sn.CacheKey, false)
+	if err := m.captureNewBase(ctx, b, rec, sn.CacheKey); err != nil {
+		return b, err
+	}
+	if err := m.snaps.Delete(ctx, sn.ID); err == nil {
+		m.log.Info("bad base snapshot removed", "snapshot_id", sn.ID)
+	}
+	return b, nil
+}
+
+// captureNewBase makes freshly booted b the base snapshot of key and fills
+// key's warm pool, if it has one; a failed capture ends b.
+func (m *Manager) captureNewBase(ctx context.Context, b *box, rec store.Sandbox, key string) error {
+	if err := m.captureBase(ctx, b, rec, key); err != nil {
+		_ = b.vm.Stop(context.WithoutCancel(ctx))
+		b.end(err)
+		return err
+	}
+	if p := m.basePool(key); p != "" {
+		m.warm.refillLater(p)
+	}
+	return nil
 }
 
 // basePoolPrefix names a base snapshot's warm pool among the templates'.
@@ -211,7 +275,7 @@ func (m *Manager) planBase(ctx context.Context, opts CreateOptions) baseCreate {
 		m.log.Warn("base snapshot: boot assets; booting", "err", err)
 		return baseCreate{}
 	}
-	if sn, ok := m.findBase(ctx, key); ok {
+	if sn, ok := m.findBase(ctx, key); ok && !m.bases.isBad(sn.ID) {
 		return baseCreate{src: &sn, pool: m.basePool(key)}
 	}
 	if !m.bases.claimBuild(key, true) {

@@ -83,6 +83,45 @@ func TestBaseSnapshot(t *testing.T) {
 	if _, err := m.GetSnapshot(ctx, base); err != nil {
 		t.Errorf("base snapshot after its sandboxes went: %v, want kept", err)
 	}
+	badBase(t, m, data)
+}
+
+// badBase: a base snapshot whose files were damaged is not restored: the
+// create boots cold instead, that boot becomes the shape's new base
+// snapshot, and the damaged one (used by nothing) is removed. A shape of
+// its own keeps the warm pool out of it.
+func badBase(t *testing.T, m *sandbox.Manager, data string) {
+	ctx := context.Background()
+	shape := sandbox.CreateOptions{MemoryMiB: 320}
+	a, err := m.Create(ctx, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(data, "snapshots", a.SnapshotID, "state")
+	if err := os.WriteFile(state, []byte("not a migration stream"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(ctx, shape)
+	if err != nil {
+		t.Fatalf("create over a damaged base snapshot: %v, want a cold boot", err)
+	}
+	defer func() {
+		if err := m.Delete(ctx, b.ID); err != nil {
+			t.Error(err)
+		}
+	}()
+	if got := sh(t, m, b.ID, "echo $((6*7))"); got != "42\n" {
+		t.Errorf("sandbox booted over a damaged base: got %q", got)
+	}
+	if b.SnapshotID == "" || b.SnapshotID == a.SnapshotID {
+		t.Errorf("create over a damaged base: snapshot %q, want a new base snapshot (the damaged one is %s)", b.SnapshotID, a.SnapshotID)
+	}
+	if _, err := m.GetSnapshot(ctx, a.SnapshotID); err == nil {
+		t.Errorf("the damaged base snapshot %s is still listed", a.SnapshotID)
+	}
 }
 
 // waitPool waits for the base snapshot's warm pool to hold a sandbox.

@@ -326,16 +326,13 @@ func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptio
 	switch {
 	case src != nil:
 		b, err = m.restore(ctx, rec, *src, true, netOnce)
+		if err != nil && plan.src != nil {
+			b, err = m.bootAfterBadBase(ctx, rec, opts, *plan.src, b, err, netOnce)
+		}
 	default:
 		b, err = m.boot(ctx, rec, opts, netOnce)
 		if err == nil && plan.capture != "" {
-			err = m.captureBase(ctx, b, rec, plan.capture)
-			if err != nil {
-				_ = b.vm.Stop(context.WithoutCancel(ctx))
-				b.end(err)
-			} else if p := m.basePool(plan.capture); p != "" {
-				m.warm.refillLater(p)
-			}
+			err = m.captureNewBase(ctx, b, rec, plan.capture)
 		}
 	}
 	if err == nil {
