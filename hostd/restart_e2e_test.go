@@ -219,6 +219,11 @@ func TestHostdRestart(t *testing.T) {
 			t.Fatalf("the stream ended before hostd was killed: %v", err)
 		}
 	}
+	// An exec timeout armed by this hostd is the next one's to carry out.
+	timed, err := h1.c.ExecBackground(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sleep", "600"}, TimeoutS: 15})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h1.kill() // mid-stream
 	if err := <-res; err == nil {
 		t.Fatal("the stream ended cleanly although hostd was killed")
@@ -250,6 +255,11 @@ func TestHostdRestart(t *testing.T) {
 	if out.String() != want.String() {
 		t.Errorf("output across the restart: %d bytes, want %d (lost or repeated output)", out.Len(), want.Len())
 	}
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	if exited, err := follow(tctx, h2.c, sb.ID, timed, 0, &bytes.Buffer{}, nil); err != nil || !exited {
+		t.Errorf("the exec under a 15 s timeout set before the restart: exited %v, %v; want killed by the next hostd", exited, err)
+	}
+	cancel()
 	if _, status, _ := curl(t, h2.c, sb.ID, "--resolve", "denied.test:80:10.0.0.1", "http://denied.test/"); status != "403" {
 		t.Errorf("the proxy after the restart: denied.test got %s, want 403", status)
 	}

@@ -678,7 +678,10 @@ type ExecAudit struct {
 	StartedAt time.Time      `json:"started_at"`
 	Stderr    *OutputSummary `json:"stderr,omitempty"`
 	Stdout    *OutputSummary `json:"stdout,omitempty"`
-	Tty       *bool          `json:"tty,omitempty"`
+
+	// TimeoutS The timeout it runs under (absent when none); it is killed at started_at plus this.
+	TimeoutS *int  `json:"timeout_s,omitempty"`
+	Tty      *bool `json:"tty,omitempty"`
 }
 
 // ExecAuditPhase defines model for ExecAudit.Phase.

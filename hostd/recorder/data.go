@@ -20,6 +20,9 @@ type ExecData struct {
 	EnvKeys []string  `json:"env_keys,omitempty"`
 	Tty     bool      `json:"tty,omitempty"`
 	Started time.Time `json:"started_at"`
+	// TimeoutS is the timeout it runs under (0: none): it is killed at
+	// Started plus this, by this hostd or the next one.
+	TimeoutS int `json:"timeout_s,omitempty"`
 	// Set on the end event.
 	Ended      *time.Time     `json:"ended_at,omitempty"`
 	DurationMS *int64         `json:"duration_ms,omitempty"`

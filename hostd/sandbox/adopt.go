@@ -202,6 +202,7 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	if err := m.resumeMounts(ctx, b, rec.Dir); err != nil {
 		m.log.Error("mounts not served again after the restart", "sandbox_id", rec.ID, "err", err)
 	}
+	m.readoptExecs(ctx, b)
 	m.log.Info("sandbox re-adopted after a hostd restart", "sandbox_id", rec.ID, "vm_pid", p.PID)
 	return nil
 }

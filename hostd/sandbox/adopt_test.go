@@ -3,8 +3,13 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/recorder"
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // TestReleaseAndReadopt: a manager that Releases leaves its sandboxes
@@ -62,4 +67,99 @@ func TestReleaseAndReadopt(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestReadoptExecs: the execs that run on across a hostd restart are the
+// next hostd's: a timeout armed before the restart still kills its exec,
+// and each exec's end is recorded in the flight recorder's log, once.
+func TestReadoptExecs(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Recorder = recorder.New(recorder.Options{Store: o.Store.(*store.Store), Logger: o.Logger})
+	})
+	ctx := context.Background()
+	info := e.create(CreateOptions{})
+	long, err := e.svc.Execs.StartExec(ctx, info.ID, ExecRequest{Cmd: []string{"sleep", "600"}, TimeoutS: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := e.svc.Execs.StartExec(ctx, info.ID, ExecRequest{Cmd: []string{"sh", "-c", "sleep 1; echo done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One paused across the restart: the next hostd takes its exec over
+	// when it resumes, and records its end.
+	paused := e.create(CreateOptions{})
+	frozen, err := e.svc.Execs.StartExec(ctx, paused.ID, ExecRequest{Cmd: []string{"sleep", "600"}, TimeoutS: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Pause(ctx, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	opts := e.m.opts
+	opts.Recorder = recorder.New(recorder.Options{Store: e.st, Logger: opts.Logger})
+	m2, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, id := range []string{info.ID, paused.ID} {
+			if err := m2.Delete(ctx, id); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := m2.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ends := waitExecEnds(t, e.st, info.ID, long, short)
+	if d := ends[long]; d.Signal != "SIGKILL" || d.TimeoutS != 3 {
+		t.Errorf("the exec with a 3 s timeout, after the restart: end %+v, want killed (SIGKILL) under timeout_s 3", d)
+	}
+	if d := ends[short]; d.ExitCode == nil || *d.ExitCode != 0 || d.Stdout == nil || string(d.Stdout.Head) != "done\n" {
+		t.Errorf("the exec that ended after the restart: end %+v, want exit 0 with its output", d)
+	}
+	if _, err := m2.Resume(ctx, paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The fake guest's processes do not outlive the save of a pause (a
+	// real guest's do, in its memory): the end is that the session is gone.
+	if d := waitExecEnds(t, e.st, paused.ID, frozen)[frozen]; d.Signal != "SIGKILL" && d.Error == "" {
+		t.Errorf("the exec of the sandbox paused across the restart, once resumed: end %+v, want it ended", d)
+	}
+}
+
+// waitExecEnds waits for the end events of execs ids in sandbox id's log
+// and returns them by exec id; an exec with two ends fails the test.
+func waitExecEnds(t *testing.T, st *store.Store, id string, ids ...string) map[string]recorder.ExecData {
+	t.Helper()
+	ends := map[string]recorder.ExecData{}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		evs, err := st.ListEvents(context.Background(), store.EventQuery{SandboxID: id, Types: []string{recorder.TypeExec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(ends)
+		for _, ev := range evs {
+			var d recorder.ExecData
+			if err := json.Unmarshal(ev.Data, &d); err != nil || d.Phase != recorder.PhaseEnd {
+				continue
+			}
+			if _, dup := ends[d.ExecID]; dup {
+				t.Fatalf("exec %s has two end events", d.ExecID)
+			}
+			ends[d.ExecID] = d
+		}
+		if len(ends) >= len(ids) {
+			return ends
+		}
+	}
+	t.Fatalf("end events of %v: got %d after a minute", ids, len(ends))
+	return nil
 }

@@ -87,8 +87,12 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 		return nil, "", b.streamErr(err)
 	}
 	fault.Point("exec:started")
-	x.m.rec.execStarted(ctx, b, req.Cmd, cwd, env, req.Tty, execID)
-	x.execDeadline(b, execID, req.TimeoutS)
+	timeoutS := req.TimeoutS
+	if timeoutS == 0 {
+		timeoutS = b.limits.ExecTimeoutS
+	}
+	x.m.rec.execStarted(ctx, b, execStart{argv: req.Cmd, cwd: cwd, env: env, tty: req.Tty, id: execID, timeoutS: timeoutS})
+	x.m.execDeadline(b.id, execID, time.Duration(timeoutS)*time.Second)
 	if req.Stdin != nil {
 		// A terminal's stdin stays open: closing it would send EOF (^D).
 		if err := c.WriteStdin(ctx, execID, req.Stdin, !req.Tty); err != nil {
@@ -147,26 +151,25 @@ func (x *Execs) onSession(ctx context.Context, id, execID string, fn func(*agent
 	return nil
 }
 
-// execDeadline kills exec execID's process group once its timeout (or the
-// sandbox's exec_timeout_s) passes, whether or not a client still follows
-// it (killing a session that has exited does nothing). The timer belongs to
-// the sandbox's entry, not to this VM: a kill that falls due while the
-// sandbox is paused is sent when it runs again.
-func (x *Execs) execDeadline(b *box, execID string, timeoutS int) {
-	if timeoutS == 0 {
-		timeoutS = b.limits.ExecTimeoutS
-	}
-	if timeoutS <= 0 {
+// execDeadline kills exec execID of sandbox id once its timeout d (the
+// request's, or the sandbox's exec_timeout_s) passes, whether or not a
+// client still follows it (killing a session that has exited does
+// nothing); d <= 0: never. The timer belongs to the sandbox's entry, not to
+// this VM: a kill that falls due while the sandbox is paused is sent when
+// it runs again. The start event records the timeout, for a next hostd to
+// arm again (readoptExecs).
+func (m *Manager) execDeadline(id, execID string, d time.Duration) {
+	if d <= 0 {
 		return
 	}
-	e := x.m.reg.get(b.id)
+	e := m.reg.get(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.kills == nil {
 		e.kills = map[string]*time.Timer{}
 	}
-	e.kills[execID] = time.AfterFunc(time.Duration(timeoutS)*time.Second, func() {
-		x.m.spawn(func() { x.m.killExec(b.id, execID) })
+	e.kills[execID] = time.AfterFunc(d, func() {
+		m.spawn(func() { m.killExec(id, execID) })
 	})
 }
 

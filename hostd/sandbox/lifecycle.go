@@ -198,7 +198,11 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	// directory cannot change what it sees.
 	os.RemoveAll(v.PauseDir)
 	m.log.Info("sandbox resumed", "sandbox_id", id)
-	return m.adopt(ctx, b, rec)
+	info, err := m.adopt(ctx, b, rec)
+	if err == nil {
+		m.readoptExecs(ctx, b) // those of a hostd before a restart while paused
+	}
+	return info, err
 }
 
 // forgetPaused records sandbox VM v without its paused state.

@@ -167,18 +167,29 @@ func (f *flight) file(ctx context.Context, id string, d recorder.FileData) {
 	f.r.Record(ctx, id, recorder.TypeFile, d)
 }
 
+// execStart is what an exec's start event records.
+type execStart struct {
+	argv     []string
+	cwd      string
+	env      map[string]string
+	tty      bool
+	id       string
+	timeoutS int
+}
+
 // execStarted records an exec's start and waits for its end in the
 // background.
-func (f *flight) execStarted(ctx context.Context, b *box, argv []string, cwd string, env map[string]string, tty bool, execID string) {
+func (f *flight) execStarted(ctx context.Context, b *box, x execStart) {
 	if f.r == nil {
 		return
 	}
 	t := &execTrack{cause: f.r.CauseOf(ctx), started: time.Now(), done: make(chan struct{})}
-	keys := slices.Sorted(maps.Keys(env))
-	t.data = recorder.ExecData{ExecID: execID, Phase: recorder.PhaseStart, Argv: argv, Cwd: cwd, EnvKeys: keys, Tty: tty, Started: t.started.UTC()}
-	f.reg.get(b.id).rec.add(execID, t)
+	keys := slices.Sorted(maps.Keys(x.env))
+	t.data = recorder.ExecData{ExecID: x.id, Phase: recorder.PhaseStart, Argv: x.argv, Cwd: x.cwd, EnvKeys: keys, Tty: x.tty,
+		Started: t.started.UTC(), TimeoutS: max(x.timeoutS, 0)}
+	f.reg.get(b.id).rec.add(x.id, t)
 	f.r.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
-	f.spawn(func() { f.awaitExec(b, execID, t) })
+	f.spawn(func() { f.awaitExec(b, x.id, t) })
 }
 
 // awaitExec waits for session execID of b to exit, then records its end
@@ -204,11 +215,15 @@ func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 		case err != nil:
 			select {
 			case <-b.gone:
-				if errors.Is(b.why, ErrPaused) {
+				switch {
+				case errors.Is(b.why, ErrHostdStopped):
+					// The exec runs on: the next hostd takes it over
+					// from its start event (readoptExecs).
+				case errors.Is(b.why, ErrPaused):
 					if e := f.reg.find(b.id); e != nil {
 						e.rec.setAwaited(t, false)
 					}
-				} else {
+				default:
 					f.execEnded(b.id, execID, t, sum, "the sandbox ended first")
 				}
 				return
