@@ -256,10 +256,17 @@ func TestHostdRestart(t *testing.T) {
 		t.Errorf("output across the restart: %d bytes, want %d (lost or repeated output)", out.Len(), want.Len())
 	}
 	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	if exited, err := follow(tctx, h2.c, sb.ID, timed, 0, &bytes.Buffer{}, nil); err != nil || !exited {
-		t.Errorf("the exec under a 15 s timeout set before the restart: exited %v, %v; want killed by the next hostd", exited, err)
-	}
+	var signal string
+	err = h2.c.Attach(tctx, sb.ID, timed, 0, func(ev client.Event) error {
+		if ev.ExitCode != nil && ev.Signal != nil {
+			signal = *ev.Signal
+		}
+		return nil
+	})
 	cancel()
+	if err != nil || signal != "SIGKILL" {
+		t.Errorf("the exec under a 15 s timeout set before the restart: signal %q, %v; want killed (SIGKILL) by the next hostd", signal, err)
+	}
 	if _, status, _ := curl(t, h2.c, sb.ID, "--resolve", "denied.test:80:10.0.0.1", "http://denied.test/"); status != "403" {
 		t.Errorf("the proxy after the restart: denied.test got %s, want 403", status)
 	}
