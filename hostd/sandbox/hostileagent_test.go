@@ -151,7 +151,8 @@ func (l *oneListener) Close() error {
 }
 func (l *oneListener) Addr() net.Addr { return &net.UnixAddr{Name: "hostile"} }
 
-// closeNotify closes its listener once a read fails (hostd hung up).
+// closeNotify closes its listener once a read or write fails (hostd hung
+// up) or the server closes it, so that the server's Serve ends with it.
 type closeNotify struct {
 	net.Conn
 	l *oneListener
@@ -163,6 +164,19 @@ func (c *closeNotify) Read(p []byte) (int, error) {
 		c.l.Close()
 	}
 	return n, err
+}
+
+func (c *closeNotify) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.l.Close()
+	}
+	return n, err
+}
+
+func (c *closeNotify) Close() error {
+	c.l.Close()
+	return c.Conn.Close()
 }
 
 // floodExec starts nothing and streams 1 MiB chunks, never an exit.
