@@ -28,6 +28,8 @@ PACKAGES=(
 	binutils  # readelf: checks the PVH ELF note of vmlinux
 	# protocol
 	protobuf-compiler # protoc for proto/
+	# git mounts and their tests (hostd/mounts, internal/gittest: a real git server)
+	git
 	# service URL and PTY tests (hostd/svc_test.go)
 	chromium # headless browser that opens a sandbox's service URL
 	tmux     # drives `agentbox exec -it` in a real terminal
