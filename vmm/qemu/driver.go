@@ -36,9 +36,6 @@ type Options struct {
 	TSCkHz int
 	// Logger receives the driver's logs.
 	Logger *slog.Logger
-	// RunAs, if set, is the unprivileged user QEMU drops to (-runas) once
-	// it has opened its files; see runAsArgs.
-	RunAs string
 	// TBSizeMiB, if set, bounds TCG's translation cache per VM (-accel
 	// tcg,tb-size=N): less host memory per VM, more retranslation.
 	TBSizeMiB int
@@ -48,7 +45,6 @@ type Options struct {
 type Driver struct {
 	bin    string
 	accel  vmm.Accel
-	runAs  string
 	tscKHz int
 	tbMiB  int
 	log    *slog.Logger
@@ -84,7 +80,7 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB}, nil
+	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, tbMiB: opts.TBSizeMiB}, nil
 }
 
 // Name is "qemu".
@@ -142,7 +138,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		"-m", strconv.Itoa(cfg.MemoryMiB) + "M",
 		"-object", memory,
 		"-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
-		"-sandbox", d.seccomp(),
+		"-sandbox", seccomp(cfg),
 		"-kernel", cfg.Kernel,
 		"-append", d.cmdline(cfg),
 		// append=on: hostd rotates the log by copy and truncate (hostd/sandbox
@@ -157,7 +153,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	if cfg.Initramfs != "" {
 		a = append(a, "-initrd", cfg.Initramfs)
 	}
-	a = append(a, d.runAsArgs()...)
+	a = append(a, runAsArgs(cfg)...)
 	if cfg.Net != nil {
 		a = append(a, netArgs(cfg.Net)...)
 	}
