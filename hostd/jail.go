@@ -33,8 +33,7 @@ var (
 // a uid of its own from DefaultVMMUIDs; "--vmm-user root" or "--vmm-uids
 // off" keeps them root, and "--vmm-user NAME" runs them all as NAME. The
 // default gives way, with a warning, where it cannot work (a backend other
-// than QEMU, hostd not root, a data directory under one that other users
-// cannot traverse); an explicit choice fails there instead.
+// than QEMU, hostd not root); an explicit choice fails there instead.
 func vmmJail(cfg Config, drv vmm.Driver, log *slog.Logger, opts *sandbox.Options) error {
 	name, uids := cfg.VMMUser, cfg.VMMUIDs
 	switch {
@@ -51,10 +50,6 @@ func vmmJail(cfg Config, drv vmm.Driver, log *slog.Logger, opts *sandbox.Options
 		why = "only the qemu backend can drop privileges (-runas), not " + drv.Name()
 	case os.Geteuid() != 0:
 		why = "hostd is not root, so it cannot hand files to other users"
-	default:
-		if err := sandbox.CheckDataDir(cfg.DataDir); err != nil {
-			why = err.Error()
-		}
 	}
 	if why != "" {
 		if explicit {

@@ -37,7 +37,7 @@ func TestTemplateKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, stop := startHostdOn(t, vmmtest.ShortTempDir(t), func(cfg *hostd.Config) {
+	c, stop := startHostdOn(t, t.TempDir(), func(cfg *hostd.Config) {
 		cfg.Images.ImportDirs = append(cfg.Images.ImportDirs, kdir, mine)
 	})
 	t.Cleanup(stop)

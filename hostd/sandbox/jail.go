@@ -23,7 +23,9 @@ import (
 // A sandbox's directory stays hostd's (root's), group the VMM's gid, mode
 // 0710: its VMM can reach the files in it by name but cannot create,
 // rename or replace any (no planted symlinks for hostd to follow), and
-// other VMMs cannot enter it at all. The files the VMM opens after the drop
+// other VMMs cannot enter it at all. The VMM reaches it through a
+// descriptor it inherits (vmm/qemu dirfd.go), so the data directory and
+// sandboxes/ above it stay 0700. The files the VMM opens after the drop
 // are its own, mode 0600: the overlays it writes (and the frozen overlay
 // under a snapshot's new one, which QEMU reopens read-only by path; the
 // snapshot engine hands it back to hostd once frozen). Everything else it
@@ -99,11 +101,6 @@ func newJail(opts Options) (*jail, error) {
 		h := fnv.New32a()
 		h.Write([]byte(opts.DataDir))
 		j.next = j.uids.First + int(h.Sum32()%uint32(j.uids.Size()))
-	}
-	if j.on() {
-		if err := openDirs(opts.DataDir); err != nil {
-			return nil, err
-		}
 	}
 	return j, nil
 }
@@ -223,43 +220,4 @@ func ownFiles(paths ...string) error {
 		}
 	}
 	return nil
-}
-
-// openDirs lets the VMMs' users reach their sandbox directories by path
-// (QEMU reopens images by name after it dropped privileges): the data
-// directory and sandboxes/ become traversable, not listable, and every
-// directory above must be traversable by all already (CheckDataDir).
-func openDirs(dataDir string) error {
-	if err := CheckDataDir(dataDir); err != nil {
-		return err
-	}
-	for _, d := range []string{dataDir, filepath.Join(dataDir, "sandboxes")} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			return fmt.Errorf("sandbox: %w", err)
-		}
-	}
-	return nil
-}
-
-// CheckDataDir reports whether the VMMs' users can reach data directory
-// dataDir by path once hostd has made it traversable: every directory
-// above it must be traversable by others already.
-func CheckDataDir(dataDir string) error {
-	abs, err := filepath.Abs(dataDir)
-	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("sandbox: %w", err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("sandbox: the VMMs' users cannot reach the data directory %s: %s is mode %04o, not traversable by others (chmod o+x it, or move the data directory)",
-				abs, d, fi.Mode().Perm())
-		}
-		if d == filepath.Dir(d) {
-			return nil
-		}
-	}
 }

@@ -90,24 +90,36 @@ func TestVMMUserPerSandbox(t *testing.T) {
 	if len(disks) != 1 {
 		t.Fatalf("overlays of %s: %v", a.ID, disks)
 	}
+	// As QEMU does, a child started in a's directory names its files
+	// relative to it: the directories above stay closed (0700).
+	t.Chdir(dirA)
+	disk := filepath.Base(disks[0])
 	// `: >>` opens for writing and writes nothing.
-	if !asUser(t, ua, ga, ": >> "+disks[0]) {
-		t.Fatalf("%s's own uid cannot open its overlay for writing", a.ID)
+	if !asUser(t, ua, ga, ": >> "+disk+" && cat console.log >/dev/null") {
+		t.Fatalf("%s's own uid cannot open its overlay for writing, or read its console", a.ID)
 	}
 	for what, script := range map[string]string{
-		"open its overlay":    ": >> " + disks[0],
-		"read its console":    "cat " + filepath.Join(dirA, "console.log"),
-		"create a file in it": ": > " + filepath.Join(dirA, "planted"),
+		"open its overlay":    ": >> " + disk,
+		"read its console":    "cat console.log",
+		"create a file in it": ": > planted",
 		"signal its qemu":     fmt.Sprintf("kill -0 %d", a.VMPID),
-		"list the sandboxes":  "ls " + filepath.Join(data, "sandboxes"),
-		"read the snapshots":  "ls " + filepath.Join(data, "snapshots"),
 	} {
 		if asUser(t, ub, gb, script) {
 			t.Errorf("%s's uid could %s of %s", b.ID, what, a.ID)
 		}
 	}
-	if asUser(t, ua, ga, ": > "+filepath.Join(dirA, "planted")) {
-		t.Errorf("%s's uid can create files in its own directory (it must not plant links for hostd)", a.ID)
+	for what, script := range map[string]string{
+		"create a file in its own directory (and plant links for hostd)": ": > planted",
+		"list the sandboxes": "ls " + filepath.Join(data, "sandboxes"),
+		"read the store":     "cat " + filepath.Join(data, "agentbox.db"),
+		"read the snapshots": "ls " + filepath.Join(data, "snapshots"),
+	} {
+		if asUser(t, ua, ga, script) {
+			t.Errorf("%s's uid could %s", a.ID, what)
+		}
+	}
+	if fi, _ := os.Stat(data); fi.Mode().Perm() != 0o700 {
+		t.Errorf("data dir mode %04o, want 0700", fi.Mode().Perm())
 	}
 
 	run(t, m, a.ID, "echo one > /root/f", 0)

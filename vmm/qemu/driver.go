@@ -118,7 +118,8 @@ func (d *Driver) cmdline(cfg vmm.Config) string {
 }
 
 // args builds QEMU's argv (without the binary). Socket paths are relative to
-// cfg.Dir, QEMU's working directory, to stay clear of the unix path limit.
+// cfg.Dir, QEMU's working directory, to stay clear of the unix path limit;
+// disks in cfg.Dir are named relative to it too (paths.go).
 // memory is the memory backend's -object value.
 func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	cpu := "max"
@@ -162,7 +163,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		if disk.Raw {
 			format = "raw"
 		}
-		drive := fmt.Sprintf("id=disk%d,file=%s,format=%s,if=none,cache=writeback,discard=unmap,detect-zeroes=unmap", i, disk.Path, format)
+		drive := fmt.Sprintf("id=disk%d,file=%s,format=%s,if=none,cache=writeback,discard=unmap,detect-zeroes=unmap", i, inDir(cfg.Dir, disk.Path), format)
 		if disk.ReadOnly {
 			drive += ",readonly=on"
 		}
@@ -184,20 +185,18 @@ type launchOpts struct {
 // launch starts QEMU with args and connects QMP.
 func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o launchOpts) (*VM, error) {
 	cmd := exec.Command(d.bin, args...)
-	if o.mem != nil {
-		cmd.ExtraFiles = []*os.File{o.mem}
+	// fd 3 is the memfd, 4 the tap (see netArgs); a nil entry is closed.
+	cmd.ExtraFiles = []*os.File{o.mem}
+	if cfg.Net != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.Net.Tap)
 	}
-	cmd.Dir = cfg.Dir
+	cmd.Dir = cfg.Dir // see paths.go
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if cfg.Net != nil {
-		// fd 4 (see netArgs); fd 3 is the memfd, or closed without one.
-		cmd.ExtraFiles = []*os.File{o.mem, cfg.Net.Tap}
-	}
 	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
