@@ -23,9 +23,9 @@ import (
 // A sandbox's directory stays hostd's (root's), group the VMM's gid, mode
 // 0710: its VMM can reach the files in it by name but cannot create,
 // rename or replace any (no planted symlinks for hostd to follow), and
-// other VMMs cannot enter it at all. The VMM reaches it through a
-// descriptor it inherits (vmm/qemu dirfd.go), so the data directory and
-// sandboxes/ above it stay 0700. The files the VMM opens after the drop
+// other VMMs cannot enter it at all. QEMU works (and is chrooted) in it and
+// names its files relative to it (vmm/qemu paths.go), so the data
+// directory and sandboxes/ above it stay 0700. The files the VMM opens after the drop
 // are its own, mode 0600: the overlays it writes (and the frozen overlay
 // under a snapshot's new one, which QEMU reopens read-only by path; the
 // snapshot engine hands it back to hostd once frozen). Everything else it

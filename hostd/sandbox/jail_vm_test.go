@@ -62,8 +62,9 @@ func asUser(t *testing.T, uid, gid int, script string) bool {
 }
 
 // TestVMMUserPerSandbox checks the default jail: each sandbox's QEMU runs
-// as a uid of its own, which cannot signal another sandbox's QEMU nor
-// reach its files, and snapshot, fork, restore and pause/resume work.
+// as a uid of its own, chrooted into its directory, which cannot signal
+// another sandbox's QEMU nor reach its files, and snapshot, fork, restore
+// and pause/resume work.
 func TestVMMUserPerSandbox(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the jail needs root")
@@ -86,6 +87,10 @@ func TestVMMUserPerSandbox(t *testing.T) {
 		t.Fatalf("qemus run as %d:%d and %d:%d, want two distinct uid:uid of %v", ua, ga, ub, gb, testUIDs)
 	}
 	dirA := filepath.Join(data, "sandboxes", a.ID)
+	// QEMU is chrooted into its directory (-chroot).
+	if root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", a.VMPID)); err != nil || root != dirA {
+		t.Errorf("%s's qemu has root %q (%v), want %s", a.ID, root, err, dirA)
+	}
 	disks, _ := filepath.Glob(filepath.Join(dirA, "disk-*.qcow2"))
 	if len(disks) != 1 {
 		t.Fatalf("overlays of %s: %v", a.ID, disks)

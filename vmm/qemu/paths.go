@@ -10,9 +10,10 @@ import (
 // QEMU runs in its VM directory (Config.Dir is its working directory) and
 // names the files there relative to it: disk-1.qcow2, not the host path.
 // QEMU opens a snapshot's new overlay, and reopens the frozen one read-only,
-// by name after it dropped privileges (-runas); a relative name needs
-// search permission on the VM's directory only, not on the directories
-// above it, so the data directory stays closed to the VMM's user.
+// by name after it dropped privileges (-runas) and chrooted into that
+// directory (-chroot): a relative name means the same file before and
+// after, and needs search permission on the VM's directory only, not on
+// the directories above it, which stay closed to the VMM's user.
 
 // inDir is how QEMU, working in dir, names path: relative when path is in
 // dir; other paths stay as they are.

@@ -19,15 +19,18 @@ func seccomp(cfg vmm.Config) string {
 
 // runAsArgs makes QEMU drop to cfg.RunAs (numeric uid:gid, so no user
 // database lookup and only that one group) after opening its devices,
-// disks, memory and sockets. Files it opens later must be reachable by that
-// user: the overlay of a snapshot's blockdev-snapshot-sync, and the frozen
-// overlay under it, which QEMU reopens read-only by path. Every VMM
-// outlives hostd by design (no parent-death signal, vmm.StartProcess), so
-// the uid change costs nothing: the next hostd re-adopts it or its reaper
-// stops it.
+// disks, memory and sockets, and first chroot into cfg.Dir (-chroot: QEMU
+// does it before the drop, and then holds no capability to leave it). An
+// escaped QEMU then sees only its VM directory, where it can write its own
+// overlays and nothing else. What QEMU opens after the drop is named
+// relative to that directory (paths.go): the overlay of a snapshot's
+// blockdev-snapshot-sync, and the frozen overlay under it, which QEMU
+// reopens read-only by name. Every VMM outlives hostd by design (no
+// parent-death signal, vmm.StartProcess), so the uid change costs nothing:
+// the next hostd re-adopts it or its reaper stops it.
 func runAsArgs(cfg vmm.Config) []string {
 	if cfg.RunAs == nil {
 		return nil
 	}
-	return []string{"-runas", cfg.RunAs.String()}
+	return []string{"-runas", cfg.RunAs.String(), "-chroot", cfg.Dir}
 }
