@@ -41,7 +41,7 @@ func chooseDriver(ctx context.Context, cfg Config) (vmm.Driver, api.HealthInfo, 
 			accel = vmm.AccelKVM
 		}
 	}
-	d, err := qemu.New(qemu.Options{Accel: accel, Logger: log, RunAs: cfg.VMMUser, TBSizeMiB: cfg.TCGTBSizeMiB})
+	d, err := qemu.New(qemu.Options{Accel: accel, Logger: log, TBSizeMiB: cfg.TCGTBSizeMiB})
 	if err != nil {
 		return nil, api.HealthInfo{}, fmt.Errorf("hostd: %w", err)
 	}

@@ -64,8 +64,13 @@ type Config struct {
 	// with the key: "api-key" for DATA_DIR/api-key, "env" for
 	// AGENTBOX_API_KEY).
 	KeyMaximums map[string]sandbox.Maximums
-	// VMMUser, if set, is the unprivileged user that QEMU drops to once it
-	// has opened its files (-runas; e.g. "nobody").
+	// VMMUIDs is the range of uids, "FIRST-LAST", from which each
+	// sandbox's QEMU gets a uid (and gid) of its own to drop to once it has
+	// opened its files (-runas; see hostd/sandbox jail.go). Empty is
+	// DefaultVMMUIDs; "off" keeps the VMMs root.
+	VMMUIDs string
+	// VMMUser, if set, is instead the one unprivileged user that every
+	// QEMU drops to (e.g. "nobody"); "root" keeps them root.
 	VMMUser string
 	// LeaveRunning leaves the running sandboxes running when hostd stops
 	// (sandbox.Manager.Release): the next hostd on DataDir re-adopts them.

@@ -9,13 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 
 	"github.com/agentbox/agentbox/hostd/cgroup"
 	"github.com/agentbox/agentbox/hostd/sandbox"
-	"github.com/agentbox/agentbox/vmm"
 )
 
 // instanceName is cfg.Instance, or one derived from the data directory.
@@ -56,26 +53,6 @@ func closeCgroups(cg *cgroup.Manager, log *slog.Logger) {
 	if err := cg.Close(); err != nil {
 		log.Warn("vmm cgroups left", "err", err)
 	}
-}
-
-// vmmOwner resolves cfg.VMMUser for the manager; only QEMU can drop to it.
-func vmmOwner(cfg Config, drv vmm.Driver) (*sandbox.Owner, error) {
-	if cfg.VMMUser == "" {
-		return nil, nil
-	}
-	if drv.Name() != "qemu" {
-		return nil, fmt.Errorf("hostd: VMMUser %q: only the qemu backend can drop privileges (-runas)", cfg.VMMUser)
-	}
-	u, err := user.Lookup(cfg.VMMUser)
-	if err != nil {
-		return nil, fmt.Errorf("hostd: VMMUser: %w", err)
-	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err := errors.Join(err1, err2); err != nil || uid == 0 {
-		return nil, fmt.Errorf("hostd: VMMUser %q: want an unprivileged user (uid %s): %v", cfg.VMMUser, u.Uid, err)
-	}
-	return &sandbox.Owner{UID: uid, GID: gid}, nil
 }
 
 // LimitsFile is the JSON file of `agentbox serve --limits`:

@@ -80,7 +80,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		Mounts:        mounts.Config{HostRoots: cfg.MountRoots, Secrets: box, GitHosts: cfg.EgressHosts, GitCAFile: cfg.EgressUpstreamCA},
 		BaseSnapshots: cfg.BaseSnapshots != "off", BasePool: max(cfg.BasePool, 0),
 	}
-	if opts.VMMOwner, err = vmmOwner(cfg, drv); err != nil {
+	if err := vmmJail(cfg, drv, log, &opts); err != nil {
 		return err
 	}
 	cg, err := openCgroups(cfg, log)

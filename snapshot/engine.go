@@ -264,11 +264,28 @@ func (e *Engine) freezeDisk(ctx context.Context, src *Source, sn Record) error {
 		os.Remove(next)
 		return err
 	}
-	if err := os.Chmod(layer, 0o444); err != nil {
+	if err := freeze(layer); err != nil {
 		return err
 	}
 	src.Overlay, src.ParentID = next, sn.ID
 	return nil
+}
+
+// freeze makes a frozen layer read-only and hands it back to hostd's user:
+// the VMM that wrote it (Config.Own gave it the file) now only reads it,
+// through a descriptor it reopened read-only, and must not be able to make
+// it writable again, since restores and forks share it.
+func freeze(layer string) error {
+	fi, err := os.Lstat(layer)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Geteuid() || int(st.Gid) != os.Getegid()) {
+		if err := os.Lchown(layer, os.Geteuid(), os.Getegid()); err != nil {
+			return fmt.Errorf("snapshot: take back the layer: %w", err)
+		}
+	}
+	return os.Chmod(layer, 0o444)
 }
 
 // writeManifest sums a fresh snapshot's files and writes their manifest,

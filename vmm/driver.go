@@ -93,7 +93,22 @@ type Config struct {
 	// base snapshot, whose sandboxes are forked like booted ones. Backends
 	// without the distinction ignore it.
 	OwnMemory bool
+	// RunAs, if set, is the unprivileged user and group the VMM process
+	// drops to once it has opened its devices, disks, memory and sockets
+	// (QEMU -runas uid:gid). What it opens later (the new overlay of
+	// DiskSwitcher.SwitchDisk) must be reachable by that user. Backends
+	// that cannot drop refuse it with ErrUnsupported.
+	RunAs *User
 }
+
+// User is a numeric uid and gid, not looked up in the host's user
+// database.
+type User struct {
+	UID, GID int
+}
+
+// String is "uid:gid".
+func (u User) String() string { return fmt.Sprintf("%d:%d", u.UID, u.GID) }
 
 // Net is the guest's NIC: a tap device opened by the caller (in the
 // sandbox's network namespace) and handed to the VMM as a file descriptor.
@@ -127,6 +142,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: empty ConsoleLog", ErrInvalidConfig)
 	case c.Net != nil && (c.Net.Tap == nil || c.Net.MAC == ""):
 		return fmt.Errorf("%w: Net needs Tap and MAC", ErrInvalidConfig)
+	case c.RunAs != nil && (c.RunAs.UID < 1 || c.RunAs.GID < 1):
+		return fmt.Errorf("%w: RunAs %s is not an unprivileged user", ErrInvalidConfig, c.RunAs)
 	}
 	return nil
 }

@@ -41,6 +41,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", os.Getenv("AGENTBOX_OTLP_ENDPOINT"), "send trace spans over OTLP/HTTP to this host:port or URL (off when empty)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", os.Getenv("AGENTBOX_TLS_CERT"), "serve HTTPS (and HTTP/2) with this certificate")
 	fs.StringVar(&cfg.TLSKey, "tls-key", os.Getenv("AGENTBOX_TLS_KEY"), "the key of -tls-cert")
+	fs.StringVar(&cfg.VMMUIDs, "vmm-uids", os.Getenv("AGENTBOX_VMM_UIDS"), "FIRST-LAST uids from which each sandbox's QEMU gets its own to drop to (default "+hostd.DefaultVMMUIDs+"; off: root)")
+	fs.StringVar(&cfg.VMMUser, "vmm-user", os.Getenv("AGENTBOX_VMM_USER"), "one unprivileged user every QEMU drops to instead (root: no drop)")
 	fs.BoolVar(&cfg.DrainOnExit, "drain-on-exit", false, "delete every sandbox when hostd stops (by default they run on for the next hostd)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -45,8 +45,10 @@ func openManager(t *testing.T, data string) (*sandbox.Manager, *store.Store, fun
 		t.Fatal(err)
 	}
 	base, _ := filepath.EvalSymlinks(a.BaseImage)
-	m, err := sandbox.New(sandbox.Options{Driver: d, Store: st, DataDir: data, Kernel: a.Kernel,
-		Initramfs: a.Initramfs, BaseImage: base, DefaultMemoryMiB: 256, Logger: log})
+	opts := sandbox.Options{Driver: d, Store: st, DataDir: data, Kernel: a.Kernel,
+		Initramfs: a.Initramfs, BaseImage: base, DefaultMemoryMiB: 256, Logger: log}
+	jailed(&opts)
+	m, err := sandbox.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -268,10 +268,14 @@ func (p *limitPolicy) isDefault(l Limits) bool {
 	return l == d
 }
 
-// placeVM fills cfg's per-sandbox limits: the disk throttle, the network
-// rate (set on the tap here), and the hook that moves the VMM process into
-// its cgroup as soon as it exists.
+// placeVM fills cfg's per-sandbox limits: the VMM's user (jail.go), the
+// disk throttle, the network rate (set on the tap here), and the hook that
+// moves the VMM process into its cgroup as soon as it exists.
 func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
+	var err error
+	if cfg.RunAs, err = runAsOf(b.dir); err != nil {
+		return cfg, err
+	}
 	for i := range cfg.Disks {
 		cfg.Disks[i].BpsTotal = b.limits.DiskBps
 	}

@@ -71,6 +71,7 @@ func newLimitEnv(t *testing.T, tweaks ...func(*qemu.Options, *sandbox.Options)) 
 	for _, tw := range tweaks {
 		tw(&qopts, &sopts)
 	}
+	jailed(&sopts)
 	d, err := qemu.New(qopts)
 	if err != nil {
 		t.Fatal(err)
@@ -366,8 +367,9 @@ func TestReaperRemovesOrphans(t *testing.T) {
 }
 
 func TestVMMRunsUnprivileged(t *testing.T) {
+	// One user for every VMM (--vmm-user nobody); the default, a uid per
+	// sandbox, is TestVMMUserPerSandbox's.
 	env := newLimitEnv(t, func(q *qemu.Options, s *sandbox.Options) {
-		q.RunAs = "nobody"
 		s.VMMOwner = &sandbox.Owner{UID: 65534, GID: 65534}
 	})
 	m, ctx := env.m, context.Background()

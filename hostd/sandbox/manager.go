@@ -54,7 +54,10 @@ type Options struct {
 	Limits LimitOptions
 	// KeyMax are per-API-key maximums, by key name.
 	KeyMax map[string]Maximums
-	// VMMOwner, if set, is the user the VMM processes run as.
+	// VMMUIDs, if set, gives each sandbox's VMM a uid (and gid) of its own
+	// from the range; VMMOwner, if set, is the one user they all run as.
+	// With neither the VMMs run as hostd's user (jail.go).
+	VMMUIDs  *UIDRange
 	VMMOwner *Owner
 	// Cgroups, if set, gives each VMM process its own cgroup.
 	Cgroups Cgroups
@@ -116,6 +119,8 @@ type Manager struct {
 	limits limitPolicy
 	// mnts serves the sandboxes' mounts (mounts.go).
 	mnts mountSets
+	// jail hands out the VMMs' users (jail.go).
+	jail *jail
 
 	// bgMu guards closed and the adding to bg: Close waits for bg, the
 	// goroutines of background work (watchers, pool refills, timers).
@@ -179,19 +184,20 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes"), 0o700); err != nil {
 		return nil, err
 	}
-	snaps, err := snapshot.New(snapshot.Config{Dir: filepath.Join(opts.DataDir, "snapshots"), Backend: opts.Driver.Name(),
-		Store: opts.Store, Logger: opts.Logger, Own: opts.VMMOwner.own})
+	jl, err := newJail(opts)
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps}
+	snaps, err := snapshot.New(snapshot.Config{Dir: filepath.Join(opts.DataDir, "snapshots"), Backend: opts.Driver.Name(),
+		Store: opts.Store, Logger: opts.Logger, Own: ownFiles})
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps, jail: jl}
 	m.warm = warm{m: m}
 	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
 	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	m.mnts = newMountSets(opts.Mounts, opts.DataDir)
-	if err := opts.VMMOwner.openDirs(opts.DataDir); err != nil {
-		return nil, err
-	}
 	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
 		m.limits.baseMiB = int(info.VirtualSize >> 20)
@@ -404,6 +410,9 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
+	if err := m.jail.claim(rec.Dir); err != nil {
+		return nil, err
+	}
 	b := m.newBox(ctx, rec)
 	b.overlay = b.nextOverlay()
 	ph := m.phases(rec.ID, "boot")
@@ -411,7 +420,7 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 		return nil, err
 	}
 	ph.done("overlay")
-	if err := m.opts.VMMOwner.own(rec.Dir, b.overlay); err != nil {
+	if err := ownFiles(b.overlay); err != nil {
 		return nil, err
 	}
 	if err := netReady(); err != nil {

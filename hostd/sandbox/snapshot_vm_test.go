@@ -45,6 +45,7 @@ func newManager(t *testing.T, data string, tweaks ...func(*sandbox.Options)) *sa
 	for _, tw := range tweaks {
 		tw(&opts)
 	}
+	jailed(&opts)
 	m, err := sandbox.New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -133,14 +133,14 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
+	if err := m.jail.claim(rec.Dir); err != nil {
+		return nil, err
+	}
 	b := m.newBox(ctx, rec)
 	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
 	b.overlay = b.nextOverlay()
 	ph := m.phases(rec.ID, "restore")
 	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
-		return nil, err
-	}
-	if err := m.opts.VMMOwner.own(rec.Dir); err != nil {
 		return nil, err
 	}
 	ph.done("overlay") // checksums (first use) and the overlay

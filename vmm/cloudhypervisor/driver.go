@@ -135,12 +135,21 @@ func findBinary(explicit string) (string, error) {
 	return filepath.Abs(path)
 }
 
+// validate checks cfg for this backend: it cannot drop privileges itself
+// (cfg.RunAs).
+func validate(cfg vmm.Config) error {
+	if cfg.RunAs != nil {
+		return fmt.Errorf("%w: cloud-hypervisor cannot run as %s (RunAs)", vmm.ErrUnsupported, cfg.RunAs)
+	}
+	return cfg.Validate()
+}
+
 // Name returns "cloud-hypervisor".
 func (d *Driver) Name() string { return BackendName }
 
 // Start launches cloud-hypervisor, creates the VM from cfg and boots it.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, err
 	}
 	backing, err := checkDisks(cfg.Disks, d.roots)
@@ -206,7 +215,7 @@ func (d *Driver) RestoreWithNets(ctx context.Context, cfg vmm.Config, dir string
 	if err := checkMarker(dir); err != nil {
 		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, err
 	}
 	backing, err := checkDisks(cfg.Disks, d.roots)

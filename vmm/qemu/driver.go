@@ -36,9 +36,6 @@ type Options struct {
 	TSCkHz int
 	// Logger receives the driver's logs.
 	Logger *slog.Logger
-	// RunAs, if set, is the unprivileged user QEMU drops to (-runas) once
-	// it has opened its files; see runAsArgs.
-	RunAs string
 	// TBSizeMiB, if set, bounds TCG's translation cache per VM (-accel
 	// tcg,tb-size=N): less host memory per VM, more retranslation.
 	TBSizeMiB int
@@ -48,7 +45,6 @@ type Options struct {
 type Driver struct {
 	bin    string
 	accel  vmm.Accel
-	runAs  string
 	tscKHz int
 	tbMiB  int
 	log    *slog.Logger
@@ -84,7 +80,7 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB}, nil
+	return &Driver{bin: path, accel: accel, tscKHz: khz, log: log, tbMiB: opts.TBSizeMiB}, nil
 }
 
 // Name is "qemu".
@@ -122,7 +118,8 @@ func (d *Driver) cmdline(cfg vmm.Config) string {
 }
 
 // args builds QEMU's argv (without the binary). Socket paths are relative to
-// cfg.Dir, QEMU's working directory, to stay clear of the unix path limit.
+// cfg.Dir, QEMU's working directory, to stay clear of the unix path limit;
+// disks in cfg.Dir are named relative to it too (paths.go).
 // memory is the memory backend's -object value.
 func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	cpu := "max"
@@ -142,7 +139,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		"-m", strconv.Itoa(cfg.MemoryMiB) + "M",
 		"-object", memory,
 		"-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
-		"-sandbox", d.seccomp(),
+		"-sandbox", seccomp(cfg),
 		"-kernel", cfg.Kernel,
 		"-append", d.cmdline(cfg),
 		// append=on: hostd rotates the log by copy and truncate (hostd/sandbox
@@ -157,7 +154,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 	if cfg.Initramfs != "" {
 		a = append(a, "-initrd", cfg.Initramfs)
 	}
-	a = append(a, d.runAsArgs()...)
+	a = append(a, runAsArgs(cfg)...)
 	if cfg.Net != nil {
 		a = append(a, netArgs(cfg.Net)...)
 	}
@@ -166,7 +163,7 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		if disk.Raw {
 			format = "raw"
 		}
-		drive := fmt.Sprintf("id=disk%d,file=%s,format=%s,if=none,cache=writeback,discard=unmap,detect-zeroes=unmap", i, disk.Path, format)
+		drive := fmt.Sprintf("id=disk%d,file=%s,format=%s,if=none,cache=writeback,discard=unmap,detect-zeroes=unmap", i, inDir(cfg.Dir, disk.Path), format)
 		if disk.ReadOnly {
 			drive += ",readonly=on"
 		}
@@ -188,20 +185,18 @@ type launchOpts struct {
 // launch starts QEMU with args and connects QMP.
 func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o launchOpts) (*VM, error) {
 	cmd := exec.Command(d.bin, args...)
-	if o.mem != nil {
-		cmd.ExtraFiles = []*os.File{o.mem}
+	// fd 3 is the memfd, 4 the tap (see netArgs); a nil entry is closed.
+	cmd.ExtraFiles = []*os.File{o.mem}
+	if cfg.Net != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.Net.Tap)
 	}
-	cmd.Dir = cfg.Dir
+	cmd.Dir = cfg.Dir // see paths.go
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if cfg.Net != nil {
-		// fd 4 (see netArgs); fd 3 is the memfd, or closed without one.
-		cmd.ExtraFiles = []*os.File{o.mem, cfg.Net.Tap}
-	}
 	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}

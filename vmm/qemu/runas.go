@@ -1,31 +1,36 @@
 package qemu
 
-// seccomp is QEMU's -sandbox value. QEMU drops privileges (-runas) after it
-// has installed its seccomp filter, so a filter that denies set*uid kills it
-// with SIGSYS (QEMU 7.2 does, with elevateprivileges=deny and =children);
-// with RunAs the filter allows them. Once QEMU runs as an unprivileged user
-// those calls cannot regain root (it has no capabilities left, and spawn=deny
-// keeps it from exec'ing a set-user-ID binary).
-func (d *Driver) seccomp() string {
+import "github.com/agentbox/agentbox/vmm"
+
+// seccomp is QEMU's -sandbox value for cfg. QEMU drops privileges (-runas)
+// after it has installed its seccomp filter, so a filter that denies
+// set*uid kills it with SIGSYS (QEMU 7.2 does, with elevateprivileges=deny
+// and =children); with cfg.RunAs the filter allows them. Once QEMU runs as
+// an unprivileged user those calls cannot regain root (it has no
+// capabilities left, and spawn=deny keeps it from exec'ing a set-user-ID
+// binary).
+func seccomp(cfg vmm.Config) string {
 	elevate := "deny"
-	if d.runAs != "" {
+	if cfg.RunAs != nil {
 		elevate = "allow"
 	}
 	return "on,obsolete=deny,elevateprivileges=" + elevate + ",spawn=deny,resourcecontrol=deny"
 }
 
-// runAsArgs makes QEMU drop to d.runAs after opening its devices, disks,
-// memory and sockets. Files it opens later (the overlay of a snapshot's
-// blockdev-snapshot-sync) must be the user's: the caller owns the VM's
-// directory and overlays to it. Every VMM outlives hostd by design (no
+// runAsArgs makes QEMU drop to cfg.RunAs (numeric uid:gid, so no user
+// database lookup and only that one group) after opening its devices,
+// disks, memory and sockets, and first chroot into cfg.Dir (-chroot: QEMU
+// does it before the drop, and then holds no capability to leave it). An
+// escaped QEMU then sees only its VM directory, where it can write its own
+// overlays and nothing else. What QEMU opens after the drop is named
+// relative to that directory (paths.go): the overlay of a snapshot's
+// blockdev-snapshot-sync, and the frozen overlay under it, which QEMU
+// reopens read-only by name. Every VMM outlives hostd by design (no
 // parent-death signal, vmm.StartProcess), so the uid change costs nothing:
 // the next hostd re-adopts it or its reaper stops it.
-func (d *Driver) runAsArgs() []string {
-	if d.runAs == "" {
+func runAsArgs(cfg vmm.Config) []string {
+	if cfg.RunAs == nil {
 		return nil
 	}
-	return []string{"-runas", d.runAs}
+	return []string{"-runas", cfg.RunAs.String(), "-chroot", cfg.Dir}
 }
-
-// RunAs is the user QEMU drops to ("" = it stays root).
-func (d *Driver) RunAs() string { return d.runAs }

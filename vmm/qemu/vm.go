@@ -403,7 +403,7 @@ func (vm *VM) Release() error {
 // current file is then read-only to QEMU: a frozen layer (vmm.DiskSwitcher).
 func (vm *VM) SwitchDisk(ctx context.Context, index int, overlay string) error {
 	return vm.command(ctx, "blockdev-snapshot-sync", map[string]any{
-		"device": fmt.Sprintf("disk%d", index), "snapshot-file": overlay, "format": "qcow2", "mode": "existing",
+		"device": fmt.Sprintf("disk%d", index), "snapshot-file": inDir(vm.cfg.Dir, overlay), "format": "qcow2", "mode": "existing",
 	})
 }
 
@@ -429,7 +429,7 @@ func (vm *VM) DiskPath(ctx context.Context, index int) (string, error) {
 	want := fmt.Sprintf("disk%d", index)
 	for _, b := range blocks {
 		if b.Device == want && b.Inserted != nil {
-			return b.Inserted.File, nil
+			return hostPath(vm.cfg.Dir, b.Inserted.File)
 		}
 	}
 	return "", fmt.Errorf("qemu: no disk %d", index)
