@@ -20,20 +20,24 @@ func (c chunked) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p), c.
 
 // boundaryMarker models the resync reader: it walks data's yamux frames and
 // returns the offset of the first frame boundary holding the marker (-1 if
-// none), and how many bytes the reader passes on. A boundary whose first
-// byte is the marker's (never a yamux version) but that the end of the
-// stream cuts short of a whole marker ends the stream there.
-func boundaryMarker(data []byte) (marker, passed int) {
+// none), how many bytes the reader passes on, and whether it stops at a
+// header that is not yamux (desync). A boundary whose first byte is the
+// marker's (never a yamux version) but that the end of the stream cuts short
+// of a whole marker ends the stream there, as does a partial header.
+func boundaryMarker(data []byte) (marker, passed int, desync bool) {
 	pos := 0
 	for pos < len(data) {
 		if bytes.HasPrefix(data[pos:], channel.ResetMarker) {
-			return pos, pos
+			return pos, pos, false
 		}
 		if data[pos] == channel.ResetMarker[0] && len(data)-pos < len(channel.ResetMarker) {
-			return -1, pos
+			return -1, pos, false
 		}
 		if len(data)-pos < yamuxHeader {
-			return -1, len(data)
+			return -1, pos, false
+		}
+		if !validHeader(data[pos : pos+yamuxHeader]) {
+			return -1, pos, true
 		}
 		next := pos + yamuxHeader
 		if data[pos+1] == yamuxTypeData {
@@ -41,7 +45,7 @@ func boundaryMarker(data []byte) (marker, passed int) {
 		}
 		pos = next
 	}
-	return -1, len(data)
+	return -1, len(data), false
 }
 
 func addResyncSeeds(f *testing.F) {
@@ -52,6 +56,7 @@ func addResyncSeeds(f *testing.F) {
 		withMarker, session, channel.ResetMarker, channel.ResetMarker[:5], {0xff},
 		frame(yamuxTypeData, []byte("short"), 100), frame(yamuxTypeData, nil, 0xffffffff),
 		append(frame(1, nil, 0xffffffff), channel.ResetMarker...), []byte("garbage that is not yamux at all"),
+		append(append(frame(yamuxTypeData, []byte("cut"), 9), bytes.Repeat([]byte{0xff}, 40)...), channel.ResetMarker...),
 	} {
 		f.Add(s, uint8(0), uint8(0))
 		f.Add(s, uint8(3), uint8(255))
@@ -79,7 +84,7 @@ func FuzzResyncReader(f *testing.F) {
 				break
 			}
 		}
-		marker, passed := boundaryMarker(data)
+		marker, passed, desync := boundaryMarker(data)
 		if marker >= 0 {
 			if !r.done || !bytes.Equal(out, data[:marker]) {
 				t.Fatalf("marker at %d: done %v, passed on %d bytes", marker, r.done, len(out))
@@ -98,6 +103,18 @@ func FuzzResyncReader(f *testing.F) {
 		}
 		if !bytes.Equal(out, data[:passed]) {
 			t.Fatalf("passed on %d bytes, want %d of %d", len(out), passed, len(data))
+		}
+		if r.bad != desync {
+			t.Fatalf("desync %v, want %v (input %q)", r.bad, desync, data)
+		}
+		if desync { // what it did not pass on is kept, for the marker scan
+			rest, err := io.ReadAll(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := append(r.pending(), rest...); !bytes.Equal(got, data[passed:]) {
+				t.Fatalf("kept %q after the bad header, want %q", got, data[passed:])
+			}
 		}
 	})
 }

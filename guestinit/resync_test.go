@@ -3,6 +3,7 @@ package guestinit
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"testing"
 
@@ -68,5 +69,36 @@ func TestWaitForMarker(t *testing.T) {
 	}
 	if _, err := waitForMarker(bytes.NewReader(stale), nil); err == nil {
 		t.Error("no error without a marker")
+	}
+}
+
+// TestResyncAfterHostDiedMidFrame: a host that died in the middle of a
+// frame (its payload, or its header) leaves the guest reading the rest of
+// it from the next host. That host's pad (0xff bytes, never a yamux
+// header) ends the stale frame; the reader stops out of step (errDesync)
+// and the marker scan finds the new session after the pad.
+func TestResyncAfterHostDiedMidFrame(t *testing.T) {
+	pad := bytes.Repeat([]byte{0xff}, 300)
+	next := []byte("next session")
+	for name, stale := range map[string][]byte{
+		"mid-payload": frame(yamuxTypeData, []byte("abc"), 200),
+		"mid-header":  frame(yamuxTypeData, nil, 0)[:5],
+		"huge length": frame(yamuxTypeData, nil, 0xfffffff0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			stream := append(append(append(append([]byte{}, stale...), pad...), channel.ResetMarker...), next...)
+			src := oneByte{bytes.NewReader(stream)}
+			r := &resyncReader{src: src}
+			if _, err := io.ReadAll(r); !errors.Is(err, errDesync) {
+				t.Fatalf("read the stale frame and the pad: %v, want errDesync", err)
+			}
+			rest, err := waitForMarker(src, r.pending())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := append(rest, mustReadAll(t, src)...); !bytes.Equal(got, next) {
+				t.Errorf("after the pad and marker: %q, want %q", got, next)
+			}
+		})
 	}
 }

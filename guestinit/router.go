@@ -25,11 +25,15 @@ const SerialPortName = "agentbox.0"
 // YamuxConfig is the multiplexer's configuration, shared by both ends.
 func YamuxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
-	c.MaxStreamWindowSize = 4 << 20
+	c.MaxStreamWindowSize = yamuxWindow
 	c.LogOutput = io.Discard
 	c.StreamOpenTimeout = 10 * time.Second
 	return c
 }
+
+// yamuxWindow is the largest stream window, on both ends: no data frame
+// of the host's is longer.
+const yamuxWindow = 4 << 20
 
 // Router delivers agent-channel connections to per-port listeners, whatever
 // transport they arrive on.
@@ -103,11 +107,12 @@ func (r *Router) ServeSerial(dev string) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), dev) // blocking: reads park a thread, not the poller
-	var start []byte
+	var start, pending []byte
 	haveStart := false
 	for {
 		if !haveStart {
-			rest, err := waitForMarker(f, nil)
+			rest, err := waitForMarker(f, pending)
+			pending = nil
 			if err != nil {
 				time.Sleep(5 * time.Millisecond) // host not connected: reads return EOF at once
 				continue
@@ -116,7 +121,10 @@ func (r *Router) ServeSerial(dev string) {
 		}
 		rr := &resyncReader{src: f, buf: start}
 		r.serveSession(&serialConn{r: rr, w: f})
-		start, haveStart = rr.rest(), rr.done
+		start, haveStart, pending = rr.rest(), rr.done, rr.pending()
+		if rr.bad {
+			r.log.Warn("agent channel", "err", errDesync)
+		}
 	}
 }
 

@@ -37,6 +37,9 @@ type VM struct {
 	mu      sync.Mutex
 	sess    *yamux.Session
 	sessCon net.Conn
+	// pad is set when the guest may be mid-frame on the channel: the next
+	// connection writes a pad before its marker (resync.go).
+	pad bool
 
 	stopOnce sync.Once
 	stopErr  error
@@ -81,7 +84,8 @@ func newVM(cmd *exec.Cmd, cfg vmm.Config, log *slog.Logger) *VM {
 // newAdoptedVM is the VM of h, a QEMU of an earlier hostd.
 func newAdoptedVM(h *vmm.Handle, cfg vmm.Config, log *slog.Logger) *VM {
 	id := h.Process()
-	vm := &VM{proc: proc{id: id, h: h}, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", id.PID), done: make(chan struct{})}
+	// The hostd before may have died mid-frame: the first connection pads.
+	vm := &VM{proc: proc{id: id, h: h}, cfg: cfg, log: log.With("sandbox_id", cfg.ID, "vm_pid", id.PID), done: make(chan struct{}), pad: true}
 	go func() {
 		<-h.Done()
 		vm.finish(nil) // not our child: its exit status is init's
@@ -255,10 +259,12 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 	}
 	// Whatever yamux state the guest holds (a previous host, a snapshot),
 	// the marker starts a fresh session.
-	if _, err := conn.Write(channel.ResetMarker); err != nil {
+	if err := writeReset(ctx, conn, vm.pad); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("qemu: reset agent channel: %w", err)
+		vm.pad = true // it may have stopped mid-pad, or mid-marker
+		return nil, err
 	}
+	vm.pad = false
 	sess, err := yamux.Client(&stallConn{Conn: conn}, hostYamuxConfig())
 	if err != nil {
 		conn.Close()
@@ -275,8 +281,13 @@ func (vm *VM) dropSession(s *yamux.Session) {
 		vm.sess.Close()
 		vm.sessCon.Close()
 		vm.sess, vm.sessCon = nil, nil
+		vm.pad = true // frames may have been cut in flight
 	}
 }
+
+// hostYamuxWindow is the largest stream window (guestinit's is the same):
+// no data frame on the channel is longer.
+const hostYamuxWindow = 4 << 20
 
 // hostYamuxConfig is the host end's multiplexer config. It sends no
 // keepalives: a paused guest cannot answer them, and the channel must
@@ -284,7 +295,7 @@ func (vm *VM) dropSession(s *yamux.Session) {
 func hostYamuxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.EnableKeepAlive = false
-	c.MaxStreamWindowSize = 4 << 20
+	c.MaxStreamWindowSize = hostYamuxWindow
 	c.StreamOpenTimeout = 0
 	c.ConnectionWriteTimeout = 30 * time.Second
 	c.LogOutput = nil
