@@ -206,14 +206,22 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	return nil
 }
 
+// reconnectAttempt bounds each try of reconnect (a variable for tests).
+var reconnectAttempt = 15 * time.Second
+
 // reconnect dials b's agent until it answers or ctx ends. The first tries
 // may fail: the previous hostd may have died in the middle of a frame on
 // the channel, which swallows the reset marker of the next connection; the
 // guest resynchronizes on the marker of the one after (each failed Dial
-// drops its connection).
+// drops its connection). A try may also never end: what the guest wrote
+// to the dead hostd reaches this one first, and a stale frame header can
+// swallow the guest's answer as its body. So each try is bounded
+// (reconnectAttempt), and the next one starts afresh.
 func reconnect(ctx context.Context, b *box) error {
 	for {
-		_, err := b.client(ctx)
+		actx, cancel := context.WithTimeout(ctx, reconnectAttempt)
+		_, err := b.client(actx)
+		cancel()
 		if err == nil || errors.Is(err, vmm.ErrNotRunning) {
 			return err
 		}
