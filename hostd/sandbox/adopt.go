@@ -225,6 +225,9 @@ func reconnect(ctx context.Context, b *box) error {
 		if err == nil || errors.Is(err, vmm.ErrNotRunning) {
 			return err
 		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			b.log.Warn("the guest agent did not answer a re-adoption dial; dialing again", "sandbox_id", b.id, "after", reconnectAttempt)
+		}
 		select {
 		case <-ctx.Done():
 			return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -93,7 +94,7 @@ func TestReconnectRetriesAStuckDial(t *testing.T) {
 	defer func(d time.Duration) { reconnectAttempt = d }(reconnectAttempt)
 	reconnectAttempt = 10 * time.Millisecond
 	vm := &stuckFirstDial{}
-	b := &box{vm: vm, dialing: make(chan struct{}, 1)}
+	b := &box{vm: vm, dialing: make(chan struct{}, 1), log: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	if err := reconnect(ctx, b); !errors.Is(err, vmm.ErrNotRunning) || vm.dials != 2 {
