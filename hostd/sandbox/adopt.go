@@ -206,27 +206,16 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	return nil
 }
 
-// reconnectAttempt bounds each try of reconnect (a variable for tests).
-var reconnectAttempt = 15 * time.Second
-
 // reconnect dials b's agent until it answers or ctx ends. The first tries
 // may fail: the previous hostd may have died in the middle of a frame on
 // the channel, which swallows the reset marker of the next connection; the
 // guest resynchronizes on the marker of the one after (each failed Dial
-// drops its connection). A try may also never end: what the guest wrote
-// to the dead hostd reaches this one first, and a stale frame header can
-// swallow the guest's answer as its body. So each try is bounded
-// (reconnectAttempt), and the next one starts afresh.
+// drops its connection).
 func reconnect(ctx context.Context, b *box) error {
 	for {
-		actx, cancel := context.WithTimeout(ctx, reconnectAttempt)
-		_, err := b.client(actx)
-		cancel()
+		_, err := b.client(ctx)
 		if err == nil || errors.Is(err, vmm.ErrNotRunning) {
 			return err
-		}
-		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			b.log.Warn("the guest agent did not answer a re-adoption dial; dialing again", "sandbox_id", b.id, "after", reconnectAttempt)
 		}
 		select {
 		case <-ctx.Done():

@@ -3,14 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"errors"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/agentbox/agentbox/vmm"
 )
 
 // TestReleaseAndReadopt: a manager that Releases leaves its sandboxes
@@ -67,37 +61,5 @@ func TestReleaseAndReadopt(t *testing.T) {
 		if err := m2.Delete(ctx, id); err != nil {
 			t.Error(err)
 		}
-	}
-}
-
-// stuckFirstDial is a VM whose first Dial never gets an answer (it ends
-// only with its ctx) and whose next ones find the VM stopped.
-type stuckFirstDial struct {
-	vmm.VM
-	dials int
-}
-
-func (v *stuckFirstDial) Dial(ctx context.Context, port uint32) (net.Conn, error) {
-	v.dials++
-	if v.dials == 1 {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return nil, vmm.ErrNotRunning
-}
-
-// TestReconnectRetriesAStuckDial: a re-adoption whose first dial of the
-// agent hangs (the guest's answer swallowed by stale bytes from the dead
-// hostd's session) dials again instead of waiting out the whole boot
-// timeout.
-func TestReconnectRetriesAStuckDial(t *testing.T) {
-	defer func(d time.Duration) { reconnectAttempt = d }(reconnectAttempt)
-	reconnectAttempt = 10 * time.Millisecond
-	vm := &stuckFirstDial{}
-	b := &box{vm: vm, dialing: make(chan struct{}, 1), log: slog.New(slog.DiscardHandler)}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	if err := reconnect(ctx, b); !errors.Is(err, vmm.ErrNotRunning) || vm.dials != 2 {
-		t.Errorf("reconnect: %v after %d dials; want vmm.ErrNotRunning from a second dial", err, vm.dials)
 	}
 }
