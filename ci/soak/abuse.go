@@ -63,12 +63,14 @@ func soakAbuse(ctx context.Context, c *client.Client, probe, victim client.Sandb
 		if runErr != nil {
 			note = "abuse call failed: " + runErr.Error()
 		}
-		if err := execOnce(ctx, c, victim.ID, "after"); err != nil {
-			note += "; abused sandbox does not answer: " + err.Error()
+		answerErr := execOnce(ctx, c, victim.ID, "after")
+		if answerErr != nil {
+			note += "; abused sandbox does not answer: " + answerErr.Error()
 		} else {
 			note += "; abused sandbox answers"
 		}
-		tb.Add("abuse: "+a.name+": other's exec p50 / p99", figures.P50P99(during), fmt.Sprintf("%d execs; %s", len(during), note))
+		tb.Require("abuse: "+a.name+": other's exec p50 / p99", runErr == nil && answerErr == nil, figures.P50P99(during),
+			fmt.Sprintf("%d execs; %s", len(during), note))
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func (t *tally) row(tb *figures.Table, name string) {
 	if t.first != nil {
 		note += "; first: " + t.first.Error()
 	}
-	tb.Add(name+": operations, p50 / p99", fmt.Sprintf("%d, %s", len(t.lat)+t.errors, figures.P50P99(t.lat)), note)
+	tb.Require(name+": operations, p50 / p99", t.errors == 0, fmt.Sprintf("%d, %s", len(t.lat)+t.errors, figures.P50P99(t.lat)), "goal 0 errors; "+note)
 }
 
 // soakLoad runs o.clients clients per sandbox for o.duration, each

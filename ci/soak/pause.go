@@ -11,7 +11,13 @@ import (
 	"github.com/agentbox/agentbox/internal/figures"
 )
 
-const counterScript = `i=0; while :; do i=$((i+1)); echo $i > /root/counter.tmp; mv /root/counter.tmp /root/counter; sleep 0.1; done`
+// pauseCounter is the file the pause/resume part's counter process writes.
+const pauseCounter = "/root/counter"
+
+// counterScript counts into path every 0.1 s (each value written whole).
+func counterScript(path string) string {
+	return fmt.Sprintf(`i=0; while :; do i=$((i+1)); echo $i > %[1]s.tmp; mv %[1]s.tmp %[1]s; sleep 0.1; done`, path)
+}
 
 // soakPause fills sb with o.files random files and their sha256 manifest,
 // starts a counter process, then pauses and resumes sb o.cycles times,
@@ -26,12 +32,12 @@ sha256sum f* | sort`, o.files)
 	if err != nil {
 		return err
 	}
-	counterID, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sh", "-c", counterScript}})
+	counterID, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sh", "-c", counterScript(pauseCounter)}})
 	if err != nil {
 		return err
 	}
 	defer c.Signal(context.WithoutCancel(ctx), sb.ID, counterID, "SIGKILL")
-	last, err := waitCounter(ctx, c, sb.ID)
+	last, err := waitCounter(ctx, c, sb.ID, pauseCounter)
 	if err != nil {
 		return err
 	}
@@ -47,7 +53,7 @@ sha256sum f* | sort`, o.files)
 			return fmt.Errorf("cycle %d: %w", i+1, err)
 		}
 		mismatches += diffLines(manifest, now)
-		n, err := readCounter(ctx, c, sb.ID)
+		n, err := readCounter(ctx, c, sb.ID, pauseCounter)
 		if err != nil {
 			return fmt.Errorf("cycle %d: %w", i+1, err)
 		}
@@ -66,8 +72,11 @@ sha256sum f* | sort`, o.files)
 	name := fmt.Sprintf("pause/resume %d cycles", o.cycles)
 	tb.Add(name+": pause p50 / p99", figures.P50P99(pauses), "")
 	tb.Add(name+": resume p50 / p99", figures.P50P99(resumes), "")
-	tb.Add(fmt.Sprintf("%s: checksum mismatches over %d files", name, o.files), strconv.Itoa(mismatches), "goal 0; checked after every resume")
-	tb.Add(name+": counter process still running", yesNo(running && stalls == 0),
+	tb.Goal(fmt.Sprintf("%s: checksum mismatches over %d files", name, o.files), mismatches, "checked after every resume")
+	// A cycle where the counter did not advance is a note, not a failure:
+	// on a loaded host the guest may not have run 0.1 s between two reads.
+	ok := running && last > first
+	tb.Require(name+": counter process still running", ok, yesNo(ok),
 		fmt.Sprintf("counter %d → %d; %d cycles where it did not advance", first, last, stalls))
 	return nil
 }
@@ -103,8 +112,9 @@ func run1(ctx context.Context, c *client.Client, id, script string) (string, err
 	return r.Stdout, nil
 }
 
-func readCounter(ctx context.Context, c *client.Client, id string) (int, error) {
-	out, err := run1(ctx, c, id, "cat /root/counter")
+// readCounter reads the counter a counterScript writes to path.
+func readCounter(ctx context.Context, c *client.Client, id, path string) (int, error) {
+	out, err := run1(ctx, c, id, "cat "+path)
 	if err != nil {
 		return 0, err
 	}
@@ -113,10 +123,10 @@ func readCounter(ctx context.Context, c *client.Client, id string) (int, error) 
 
 // waitCounter reads the counter once the process has written it (its
 // start can take a while on a loaded host).
-func waitCounter(ctx context.Context, c *client.Client, id string) (int, error) {
+func waitCounter(ctx context.Context, c *client.Client, id, path string) (int, error) {
 	deadline := time.Now().Add(opTimeout)
 	for {
-		n, err := readCounter(ctx, c, id)
+		n, err := readCounter(ctx, c, id, path)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return n, err
 		}

@@ -150,13 +150,15 @@ func (r *reaper) orphanCandidates(ctx context.Context) []string {
 	return out
 }
 
-// creating reports whether sandbox id is being created: its cgroup exists
-// before it is registered, and booting a big image under TCG can take
-// longer than two rounds. (At start, recovery has already failed the
-// records a previous hostd left creating.)
+// creating reports whether sandbox id is being created or resumed: its
+// cgroup exists before its new VM is registered, and booting a big image
+// under TCG can take longer than two rounds; a sandbox paused and resumed
+// again and again can be caught resuming by two rounds in a row. (At
+// start, recovery has already settled the records a previous hostd left
+// creating or resuming.)
 func (r *reaper) creating(ctx context.Context, id string) bool {
 	rec, err := r.store.GetSandbox(ctx, id)
-	return err == nil && State(rec.State) == StateCreating
+	return err == nil && (State(rec.State) == StateCreating || State(rec.State) == StateResuming)
 }
 
 // ownedIDs are the ids of live and warm sandboxes.

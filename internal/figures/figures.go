@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,8 +14,9 @@ import (
 // Table collects rows of (name, value, notes) to print as a Markdown table.
 type Table struct {
 	// Head names the first column.
-	Head string
-	rows [][3]string
+	Head   string
+	rows   [][3]string
+	failed []string
 }
 
 // Add appends a row.
@@ -55,3 +57,26 @@ func Ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Micros
 
 // P50P99 formats the median and 99th percentile of d as "a / b".
 func P50P99(d []time.Duration) string { return Ms(Pct(d, 0.5)) + " / " + Ms(Pct(d, 0.99)) }
+
+// Require appends a row that states a goal: the table fails (Failed) if
+// ok is false.
+func (t *Table) Require(name string, ok bool, value, note string) {
+	t.Add(name, value, note)
+	if !ok {
+		t.failed = append(t.failed, name+": "+value)
+	}
+}
+
+// Goal appends a row counting what should not happen (errors, losses,
+// leaks): the table fails if n is not 0.
+func (t *Table) Goal(name string, n int, note string) {
+	if note != "" {
+		note = "goal 0; " + note
+	} else {
+		note = "goal 0"
+	}
+	t.Require(name, n == 0, strconv.Itoa(n), note)
+}
+
+// Failed lists the rows whose goal was not met.
+func (t *Table) Failed() []string { return t.failed }

@@ -39,3 +39,22 @@ func TestTablePrint(t *testing.T) {
 		t.Errorf("columns not aligned:\n%s", b.String())
 	}
 }
+
+func TestGoals(t *testing.T) {
+	tb := Table{Head: "part"}
+	tb.Goal("lost", 0, "")
+	tb.Require("running", true, "yes", "")
+	if f := tb.Failed(); len(f) != 0 {
+		t.Fatalf("met goals failed: %v", f)
+	}
+	tb.Goal("leaks", 2, "cgroups")
+	tb.Require("answers", false, "no", "")
+	if f := tb.Failed(); len(f) != 2 || f[0] != "leaks: 2" || f[1] != "answers: no" {
+		t.Errorf("failed = %q, want the leaks and answers rows", f)
+	}
+	var b bytes.Buffer
+	tb.Print(&b)
+	if !strings.Contains(b.String(), "goal 0; cgroups") {
+		t.Errorf("goal row's note:\n%s", b.String())
+	}
+}
