@@ -63,8 +63,9 @@ check-generate: generate
 	@test -z "$$(git status --porcelain -- proto hostd/api client vmm/cloudhypervisor)" || { git status --porcelain; echo "make generate left new files" >&2; exit 1; }
 
 # test: unit tests (with the fuzz seed corpora), real VMs, then a short
-# fuzzing pass of every target (mk/fuzz.mk).
-test: assets test-unit test-vm fuzz-short
+# fuzzing pass of every target (mk/fuzz.mk) and a short soak of every part,
+# hostd kill -9 cycles included (mk/soak.mk).
+test: assets test-unit test-vm fuzz-short soak-short
 
 test-unit:
 	go vet ./...
