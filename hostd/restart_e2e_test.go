@@ -5,8 +5,6 @@ package hostd_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/hostd"
 	"github.com/agentbox/agentbox/hostd/netns"
 	"github.com/agentbox/agentbox/internal/fault"
+	"github.com/agentbox/agentbox/internal/leakcheck"
 	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
@@ -381,29 +379,12 @@ func checkCleanups(t *testing.T, data, id, fork string) {
 	if ids, _ := netns.InstallationOf(data).List(); len(ids) > 0 {
 		t.Errorf("namespaces left: %v", ids)
 	}
-	if left := cgroupsOf(data); len(left) > 0 {
+	if left := leakcheck.Cgroups(data); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(data, "sandboxes")); len(ents) > 0 {
 		t.Errorf("sandbox directories left: %d", len(ents))
 	}
-}
-
-// cgroupsOf lists the sandboxes with a cgroup left of data's hostd instance (its
-// name derived from the data dir as hostd does), in any hierarchy.
-func cgroupsOf(data string) []string {
-	abs, _ := filepath.Abs(data)
-	sum := sha256.Sum256([]byte(abs))
-	inst := "i-" + hex.EncodeToString(sum[:6])
-	var left []string
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + inst + "/*")
-	more, _ := filepath.Glob("/sys/fs/cgroup/agentbox/" + inst + "/*")
-	for _, d := range append(dirs, more...) {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() && !slices.Contains(left, filepath.Base(d)) {
-			left = append(left, filepath.Base(d))
-		}
-	}
-	return left
 }
 
 // faultStep is one row of the crash-consistency matrix: hostd is killed at
@@ -490,7 +471,7 @@ func checkFaults(t *testing.T, data, id string) {
 				if ids, _ := netns.InstallationOf(data).List(); len(ids) != 1 {
 					t.Errorf("namespaces after a create cut mid-way: %v, want only the parent's", ids)
 				}
-				if left := cgroupsOf(data); len(left) != 1 {
+				if left := leakcheck.Cgroups(data); len(left) != 1 {
 					t.Errorf("cgroups after a create cut mid-way: %v, want only the parent's", left)
 				}
 				snaps++

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/agentbox/agentbox/hostd/netns"
+	"github.com/agentbox/agentbox/internal/leakcheck"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -43,7 +42,7 @@ func observe(data string) (hostView, error) {
 	for _, id := range ids {
 		v.nets[id] = true
 	}
-	for _, id := range cgroupsOf(data) {
+	for _, id := range leakcheck.Cgroups(data) {
 		v.cgroups[id] = true
 	}
 	ents, err := os.ReadDir(filepath.Join(data, "sandboxes"))
@@ -62,7 +61,7 @@ func observe(data string) (hostView, error) {
 func qemusOf(data string) map[vmm.Process]string {
 	out := map[vmm.Process]string{}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
-	inst := instanceOf(data)
+	inst := leakcheck.Instance(data)
 	for _, dir := range procs {
 		pid, err := strconv.Atoi(filepath.Base(dir))
 		if err != nil {
@@ -93,28 +92,6 @@ func qemusOf(data string) map[vmm.Process]string {
 		out[p] = id
 	}
 	return out
-}
-
-// instanceOf is the cgroup instance name hostd derives from its data dir.
-func instanceOf(data string) string {
-	abs, _ := filepath.Abs(data)
-	sum := sha256.Sum256([]byte(abs))
-	return "i-" + hex.EncodeToString(sum[:6])
-}
-
-// cgroupsOf lists the sandboxes with a cgroup of data's hostd instance,
-// in any hierarchy (v1 or v2).
-func cgroupsOf(data string) []string {
-	inst := instanceOf(data)
-	var left []string
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + inst + "/*")
-	more, _ := filepath.Glob("/sys/fs/cgroup/agentbox/" + inst + "/*")
-	for _, d := range append(dirs, more...) {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() && !slices.Contains(left, filepath.Base(d)) {
-			left = append(left, filepath.Base(d))
-		}
-	}
-	return left
 }
 
 // recordedVM reads the VMM that hostd recorded for sandbox id.
@@ -260,4 +237,17 @@ func hostLinks() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// leaksAfter is what of before (the host while no hostd ran) is still there
+// that no running sandbox owns, once leakGrace has given hostd time to clean.
+func (r *restarter) leaksAfter(ctx context.Context, before hostView) (left []string, waited time.Duration, err error) {
+	return settle(leakGrace, func() ([]string, error) {
+		want, err := r.expected(ctx)
+		if err != nil {
+			return nil, err
+		}
+		now, err := observe(r.h.dataDir())
+		return leaksSince(before, now, want), err
+	})
 }

@@ -176,14 +176,7 @@ func (r *restarter) startAndCheck(ctx context.Context, faultStep string) error {
 	}
 	r.starts = append(r.starts, d)
 	before := r.before
-	left, waited, err := settle(leakGrace, func() ([]string, error) {
-		want, err := r.expected(ctx)
-		if err != nil {
-			return nil, err
-		}
-		now, err := observe(r.h.dataDir())
-		return leaksSince(before, now, want), err
-	})
+	left, waited, err := r.leaksAfter(ctx, before)
 	if err != nil {
 		return fmt.Errorf("leak check: %w", err)
 	}

@@ -186,14 +186,7 @@ func (r *restarter) dropOthers(ctx context.Context) {
 		}
 	}
 	before := all.only(dropped) // the warm pool's sandboxes are not listed
-	left, _, err := settle(leakGrace, func() ([]string, error) {
-		want, err := r.expected(ctx)
-		if err != nil {
-			return nil, err
-		}
-		now, err := observe(r.h.dataDir())
-		return leaksSince(before, now, want), err
-	})
+	left, _, err := r.leaksAfter(ctx, before)
 	if err != nil {
 		r.fail("leak check: %v", err)
 	}
