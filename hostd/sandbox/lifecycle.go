@@ -199,8 +199,8 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	os.RemoveAll(v.PauseDir)
 	m.log.Info("sandbox resumed", "sandbox_id", id)
 	info, err := m.adopt(ctx, b, rec)
-	if err == nil {
-		m.readoptExecs(ctx, b) // those of a hostd before a restart while paused
+	if err == nil && m.takeEarlierExecs(id) {
+		m.readoptExecs(ctx, b) // paused across a hostd restart
 	}
 	return info, err
 }

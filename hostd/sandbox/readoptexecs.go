@@ -55,6 +55,26 @@ type eventLister interface {
 	ListEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error)
 }
 
+// markEarlierExecs notes that sandbox id was paused when this hostd
+// started, so its first resume looks for execs to take over.
+func (m *Manager) markEarlierExecs(id string) {
+	e := m.reg.get(id)
+	e.mu.Lock()
+	e.earlierExecs = true
+	e.mu.Unlock()
+}
+
+// takeEarlierExecs reports, once, whether sandbox id's resume should take
+// over an earlier hostd's execs.
+func (m *Manager) takeEarlierExecs(id string) bool {
+	e := m.reg.get(id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.earlierExecs
+	e.earlierExecs = false
+	return t
+}
+
 // openExec is an exec whose start is in the log and its end is not.
 type openExec struct {
 	data  recorder.ExecData

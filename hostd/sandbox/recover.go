@@ -67,6 +67,7 @@ func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
 		}
 		if st == StatePaused {
 			m.rearmTTL(r)
+			m.markEarlierExecs(r.ID)
 		}
 		return nil
 	case StatePausing, StateResuming:
@@ -77,6 +78,7 @@ func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
 			if err := m.setState(ctx, r.ID, StatePaused, "", 0); err != nil {
 				return err
 			}
+			m.markEarlierExecs(r.ID)
 			log.Warn("sandbox was pausing or resuming when hostd stopped; its saved state is intact: paused")
 			m.rearmTTL(r)
 			return nil

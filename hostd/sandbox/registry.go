@@ -29,6 +29,9 @@ type entry struct {
 	// again.
 	kills    map[string]*time.Timer
 	dueKills []string
+	// earlierExecs is set for a sandbox found paused at start: its first
+	// resume takes over the execs an earlier hostd started (readoptExecs).
+	earlierExecs bool
 }
 
 // live returns e's running box, or nil.
