@@ -12,8 +12,7 @@ import (
 
 // padChunk and padSize make the pad a host writes before its marker when
 // the guest may be in the middle of a frame that a previous connection
-// began and never finished (hostd died mid-write, or a session was dropped
-// with frames in flight): more 0xff bytes than the longest data frame
+// began and never finished (the hostd before died mid-write): more 0xff bytes than the longest data frame
 // (hostYamuxWindow). 0xff never starts a yamux header, so whatever frame
 // the guest was reading ends inside the pad, its reader finds the pad out
 // of step, and scans on to the marker (guestinit's resync reader).

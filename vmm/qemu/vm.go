@@ -37,8 +37,11 @@ type VM struct {
 	mu      sync.Mutex
 	sess    *yamux.Session
 	sessCon net.Conn
-	// pad is set when the guest may be mid-frame on the channel: the next
-	// connection writes a pad before its marker (resync.go).
+	// pad is set while the guest may be mid-frame on the channel from a
+	// hostd that died (an adopted VM): its next connection writes a pad
+	// before its marker (resync.go). Not after a session dropped under
+	// this hostd: a guest too slow to read the pad before the next Dial's
+	// deadline would then never see a marker.
 	pad bool
 
 	stopOnce sync.Once
@@ -281,7 +284,6 @@ func (vm *VM) dropSession(s *yamux.Session) {
 		vm.sess.Close()
 		vm.sessCon.Close()
 		vm.sess, vm.sessCon = nil, nil
-		vm.pad = true // frames may have been cut in flight
 	}
 }
 
