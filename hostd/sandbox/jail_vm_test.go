@@ -62,7 +62,8 @@ func asUser(t *testing.T, uid, gid int, script string) bool {
 }
 
 // TestVMMUserPerSandbox checks the default jail: each sandbox's QEMU runs
-// as a uid of its own, chrooted into its directory, which cannot signal
+// as a uid of its own, in a mount namespace of its own, chrooted into its
+// directory, which cannot signal
 // another sandbox's QEMU nor reach its files, and snapshot, fork, restore
 // and pause/resume work.
 func TestVMMUserPerSandbox(t *testing.T) {
@@ -90,6 +91,22 @@ func TestVMMUserPerSandbox(t *testing.T) {
 	// QEMU is chrooted into its directory (-chroot).
 	if root, err := os.Readlink(fmt.Sprintf("/proc/%d/root", a.VMPID)); err != nil || root != dirA {
 		t.Errorf("%s's qemu has root %q (%v), want %s", a.ID, root, err, dirA)
+	}
+	// In a mount namespace of its own, where no mount is within its reach.
+	for _, sb := range []sandbox.Info{a, b} {
+		ns, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", sb.VMPID))
+		ours, err2 := os.Readlink("/proc/self/ns/mnt")
+		if err1 != nil || err2 != nil || ns == ours {
+			t.Errorf("%s's qemu is in mount namespace %q, hostd's is %q (%v, %v): want its own", sb.ID, ns, ours, err1, err2)
+		}
+		if mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", sb.VMPID)); err != nil || len(mi) != 0 {
+			t.Errorf("%s's qemu sees mounts (%v):\n%s", sb.ID, err, mi)
+		}
+	}
+	if nsA, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", a.VMPID)); nsA != "" {
+		if nsB, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", b.VMPID)); nsA == nsB {
+			t.Errorf("two qemus share mount namespace %s", nsA)
+		}
 	}
 	disks, _ := filepath.Glob(filepath.Join(dirA, "disk-*.qcow2"))
 	if len(disks) != 1 {

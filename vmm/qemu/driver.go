@@ -191,6 +191,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o la
 		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.Net.Tap)
 	}
 	cmd.Dir = cfg.Dir // see paths.go
+	cmd.SysProcAttr = jailAttr(cfg)
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err

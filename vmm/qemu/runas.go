@@ -1,6 +1,10 @@
 package qemu
 
-import "github.com/agentbox/agentbox/vmm"
+import (
+	"syscall"
+
+	"github.com/agentbox/agentbox/vmm"
+)
 
 // seccomp is QEMU's -sandbox value for cfg. QEMU drops privileges (-runas)
 // after it has installed its seccomp filter, so a filter that denies
@@ -33,4 +37,17 @@ func runAsArgs(cfg vmm.Config) []string {
 		return nil
 	}
 	return []string{"-runas", cfg.RunAs.String(), "-chroot", cfg.Dir}
+}
+
+// jailAttr puts a jailed QEMU (cfg.RunAs) in a mount namespace of its own,
+// a private copy of hostd's (Go's exec makes its propagation private), in
+// which it then chroots: it sees no mount at all (its mountinfo is empty),
+// mounts and unmounts hostd makes later never reach it, and none it could
+// make would reach the host. The chroot, the drop and the seccomp filter
+// are QEMU's own (runAsArgs, seccomp).
+func jailAttr(cfg vmm.Config) *syscall.SysProcAttr {
+	if cfg.RunAs == nil {
+		return nil
+	}
+	return &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 }
