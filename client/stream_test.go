@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
-// TestExecStreamBoundedMemory streams 100 MiB of output (64 MiB under the
+// TestExecStreamBoundedMemory streams 100 MiB of output (24 MiB under the
 // race detector) through the real handler and client and checks that
 // neither side holds it in memory: the heap's growth over a collected
 // baseline stays under half the stream, which a buffering side would exceed.
@@ -25,7 +25,7 @@ func TestExecStreamBoundedMemory(t *testing.T) {
 	const chunk = 64 << 10
 	total := 100 << 20
 	if raceEnabled {
-		total = 64 << 20
+		total = 24 << 20
 	}
 	limit := uint64(total / 2)
 	ctx := context.Background()

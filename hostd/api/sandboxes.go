@@ -9,10 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agentbox/agentbox/hostd/egress"
 	"io"
 	"net/http"
 
+	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )

@@ -3,9 +3,10 @@ package mounts
 import (
 	"bytes"
 	"crypto/rand"
-	"github.com/agentbox/agentbox/internal/s3test"
 	"os"
 	"testing"
+
+	"github.com/agentbox/agentbox/internal/s3test"
 )
 
 // TestS3BigUpload: a file bigger than a part goes up in parts and comes back whole.

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/cgroup"
@@ -61,66 +59,6 @@ func readVMState(dir string) (vmState, error) {
 		return st, fmt.Errorf("sandbox: %s: %w", vmStateFile, err)
 	}
 	return st, nil
-}
-
-// recordVM wraps cfg.Started so that the VMM's identity is on disk before
-// any guest runs: a hostd killed from then on leaves a VMM the next one
-// can find.
-func (m *Manager) recordVM(cfg *vmm.Config) {
-	started, dir, backend := cfg.Started, cfg.Dir, m.opts.Driver.Name()
-	cfg.Started = func(pid int) error {
-		if started != nil {
-			if err := started(pid); err != nil {
-				return err
-			}
-		}
-		p, err := vmm.Identify(pid)
-		if err != nil {
-			p = vmm.Process{PID: pid} // a fake VMM: adopt rewrites it
-		}
-		return writeVMState(dir, vmState{Backend: backend, Process: p})
-	}
-}
-
-// recordedVM returns the VMM recorded in dir, if any. Whether it still
-// runs as the same process (pid and start time) is for Driver.Adopt and
-// killVM to check; with cgroups, a VMM that is not in sandbox id's group
-// is not its VMM at all.
-func (m *Manager) recordedVM(id, dir string) (vmm.Process, bool) {
-	st, err := readVMState(dir)
-	if err != nil || st.Backend != m.opts.Driver.Name() {
-		return vmm.Process{}, false
-	}
-	if pl, ok := m.opts.Cgroups.(procLister); ok && st.Process.Alive() {
-		pids, err := pl.Procs(id)
-		if err != nil || !slices.Contains(pids, st.Process.PID) {
-			m.log.Warn("recorded vmm is not in the sandbox's cgroup; not adopting it", "sandbox_id", id, "vm_pid", st.Process.PID)
-			return st.Process, false
-		}
-	}
-	return st.Process, true
-}
-
-// killVM stops the VMM recorded in dir, if it still runs, by its pidfd
-// (never a name): SIGKILL, then a bounded wait for its exit.
-func (m *Manager) killVM(id, dir string) {
-	st, err := readVMState(dir)
-	if err != nil {
-		return
-	}
-	h, err := vmm.OpenProcess(st.Process)
-	if err != nil {
-		return // gone already
-	}
-	defer h.Close()
-	m.log.Warn("stopping a vmm that no running sandbox owns", "sandbox_id", id, "vm_pid", st.Process.PID)
-	_ = h.Signal(syscall.SIGKILL)
-	select {
-	case <-h.Done():
-	case <-time.After(10 * time.Second):
-		m.log.Error("vmm did not exit after SIGKILL", "sandbox_id", id, "vm_pid", st.Process.PID)
-	}
-	_ = os.Remove(filepath.Join(dir, vmStateFile))
 }
 
 // groupLoader is implemented by cgroup managers that can open an existing
@@ -195,14 +133,14 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	if err := setClock(ctx, b); err != nil {
 		m.log.Warn("guest clock not set", "sandbox_id", b.id, "err", err)
 	}
-	m.rearmTTL(rec)
+	m.ttls.rearm(rec)
 	if _, err := m.adopt(ctx, b, rec); err != nil {
 		return err
 	}
 	if err := m.resumeMounts(ctx, b, rec.Dir); err != nil {
 		m.log.Error("mounts not served again after the restart", "sandbox_id", rec.ID, "err", err)
 	}
-	m.readoptExecs(ctx, b)
+	m.takeover.run(ctx, b)
 	m.log.Info("sandbox re-adopted after a hostd restart", "sandbox_id", rec.ID, "vm_pid", p.PID)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
@@ -39,10 +40,37 @@ const (
 // shape only, Options.BasePool), with their own identity, clock, entropy
 // and network like any restore.
 type bases struct {
+	cfg   baseConfig
+	store Store
+	snaps *snapshot.Engine
+	log   *slog.Logger
+	warm  *warm
+	spawn func(func()) bool
+
 	mu       sync.Mutex
 	building map[string]bool
 	bad      map[string]bool // base snapshots that failed to restore, by id
 	digest   string          // of the boot assets, once known
+}
+
+// baseConfig is what of the manager's options the base snapshots depend on.
+type baseConfig struct {
+	on       bool // Options.BaseSnapshots
+	poolSize int  // Options.BasePool
+	// nic is whether the host gives sandboxes NICs; watch, whether guests
+	// run the flight recorder's file watcher.
+	nic, watch bool
+	backend    string // the driver's name
+	// defaults is the shape of a create that says nothing.
+	defaults                     baseShape
+	kernel, initramfs, baseImage string
+}
+
+func newBases(o Options, snaps *snapshot.Engine, w *warm, spawn func(func()) bool) *bases {
+	return &bases{cfg: baseConfig{on: o.BaseSnapshots, poolSize: o.BasePool, nic: o.Network != nil, watch: o.Recorder != nil,
+		backend: o.Driver.Name(), defaults: baseShape{vcpus: o.DefaultVCPUs, memMiB: o.DefaultMemoryMiB, nic: o.Network != nil},
+		kernel: o.Kernel, initramfs: o.Initramfs, baseImage: o.BaseImage},
+		store: o.Store, snaps: snaps, log: o.Logger, warm: w, spawn: spawn}
 }
 
 // setBad marks base snapshot id as one that does not restore.
@@ -84,7 +112,7 @@ func (m *Manager) bootAfterBadBase(ctx context.Context, rec store.Sandbox, opts 
 		return b, err
 	}
 	defer m.bases.claimBuild(sn.CacheKey, false)
-	if err := m.captureNewBase(ctx, b, rec, sn.CacheKey); err != nil {
+	if err := m.bases.captureNew(ctx, b, rec, sn.CacheKey); err != nil {
 		return b, err
 	}
 	if err := m.snaps.Delete(ctx, sn.ID); err == nil {
@@ -95,14 +123,14 @@ func (m *Manager) bootAfterBadBase(ctx context.Context, rec store.Sandbox, opts 
 
 // captureNewBase makes freshly booted b the base snapshot of key and fills
 // key's warm pool, if it has one; a failed capture ends b.
-func (m *Manager) captureNewBase(ctx context.Context, b *box, rec store.Sandbox, key string) error {
-	if err := m.captureBase(ctx, b, rec, key); err != nil {
+func (bs *bases) captureNew(ctx context.Context, b *box, rec store.Sandbox, key string) error {
+	if err := bs.capture(ctx, b, rec, key); err != nil {
 		_ = b.vm.Stop(context.WithoutCancel(ctx))
 		b.end(err)
 		return err
 	}
-	if p := m.basePool(key); p != "" {
-		m.warm.refillLater(p)
+	if p := bs.pool(key); p != "" {
+		bs.warm.refillLater(p)
 	}
 	return nil
 }
@@ -122,23 +150,23 @@ type baseShape struct {
 // baseShapeOf reports the shape of a resolved create, and false when the
 // create cannot be served from a base snapshot (its own base, kernel or
 // initramfs, a cold boot asked for, base snapshots off).
-func (m *Manager) baseShapeOf(opts CreateOptions) (baseShape, bool) {
-	if !m.opts.BaseSnapshots || opts.Boot == BootCold || opts.BaseImage != "" || opts.Kernel != "" || opts.Initramfs != "" {
+func (bs *bases) shapeOf(opts CreateOptions) (baseShape, bool) {
+	if !bs.cfg.on || opts.Boot == BootCold || opts.BaseImage != "" || opts.Kernel != "" || opts.Initramfs != "" {
 		return baseShape{}, false
 	}
-	nic := m.nets.net != nil && opts.Network != nil && opts.Network.Mode != egress.ModeNone
+	nic := bs.cfg.nic && opts.Network != nil && opts.Network.Mode != egress.ModeNone
 	return baseShape{vcpus: opts.VCPUs, memMiB: opts.MemoryMiB, nic: nic}, true
 }
 
 // defaultShape is the shape of a create that says nothing: the one the
 // warm pool serves.
-func (m *Manager) defaultShape() baseShape {
-	return baseShape{vcpus: m.opts.DefaultVCPUs, memMiB: m.opts.DefaultMemoryMiB, nic: m.nets.net != nil}
+func (bs *bases) defaultShape() baseShape {
+	return bs.cfg.defaults
 }
 
 // key is the cache key of the base snapshot of shape s.
-func (m *Manager) baseKey(s baseShape) (string, error) {
-	d, err := m.bases.assetDigest(m.opts.Kernel, m.opts.Initramfs, m.opts.BaseImage)
+func (bs *bases) key(s baseShape) (string, error) {
+	d, err := bs.assetDigest(bs.cfg.kernel, bs.cfg.initramfs, bs.cfg.baseImage)
 	if err != nil {
 		return "", err
 	}
@@ -147,16 +175,16 @@ func (m *Manager) baseKey(s baseShape) (string, error) {
 		nic = "nic"
 	}
 	watch := "watch"
-	if m.opts.Recorder == nil {
+	if !bs.cfg.watch {
 		watch = "nowatch"
 	}
 	return fmt.Sprintf("base:%s:%dx%d:%s:%s", d, s.vcpus, s.memMiB, nic, watch), nil
 }
 
 // find returns the newest base snapshot with key.
-func (m *Manager) findBase(ctx context.Context, key string) (store.Snapshot, bool) {
-	sn, err := m.opts.Store.FindSnapshotByKey(ctx, key)
-	if err != nil || sn.Kind != baseKind || sn.Backend != m.opts.Driver.Name() {
+func (bs *bases) find(ctx context.Context, key string) (store.Snapshot, bool) {
+	sn, err := bs.store.FindSnapshotByKey(ctx, key)
+	if err != nil || sn.Kind != baseKind || sn.Backend != bs.cfg.backend {
 		return store.Snapshot{}, false
 	}
 	if _, err := os.Stat(sn.Dir); err != nil {
@@ -187,7 +215,7 @@ func (b *bases) claimBuild(key string, on bool) bool {
 // captureBase snapshots a freshly booted box as the base snapshot of key;
 // the box runs on, on a new overlay over the snapshot's layer. Older base
 // snapshots that nothing uses any more go.
-func (m *Manager) captureBase(ctx context.Context, b *box, rec store.Sandbox, key string) error {
+func (bs *bases) capture(ctx context.Context, b *box, rec store.Sandbox, key string) error {
 	t0 := time.Now()
 	c, err := b.client(ctx)
 	if err != nil {
@@ -195,20 +223,20 @@ func (m *Manager) captureBase(ctx context.Context, b *box, rec store.Sandbox, ke
 	}
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: map[string]string{}, Cwd: b.cwd}
-	sn, err := m.snaps.Capture(ctx, src, c, snapshot.Options{Kind: baseKind, CacheKey: key})
+	sn, err := bs.snaps.Capture(ctx, src, c, snapshot.Options{Kind: baseKind, CacheKey: key})
 	if err != nil {
 		return fmt.Errorf("base snapshot: %w", err)
 	}
 	b.overlay, b.snapshotID = src.Overlay, src.ParentID
-	m.log.Info("base snapshot made", "sandbox_id", b.id, "snapshot_id", sn.ID, "key", key, "took", time.Since(t0))
-	m.dropStaleBases(ctx, key)
+	bs.log.Info("base snapshot made", "sandbox_id", b.id, "snapshot_id", sn.ID, "key", key, "took", time.Since(t0))
+	bs.dropStale(ctx, key)
 	return nil
 }
 
 // dropStaleBases deletes the base snapshots made from other boot assets
 // (a kernel, initramfs or base image since replaced) that nothing uses.
-func (m *Manager) dropStaleBases(ctx context.Context, key string) {
-	sns, err := m.opts.Store.ListSnapshots(ctx)
+func (bs *bases) dropStale(ctx context.Context, key string) {
+	sns, err := bs.store.ListSnapshots(ctx)
 	if err != nil {
 		return
 	}
@@ -218,18 +246,18 @@ func (m *Manager) dropStaleBases(ctx context.Context, key string) {
 		if sn.Kind != baseKind || len(f) < 2 || f[1] == assets {
 			continue
 		}
-		if err := m.snaps.Delete(ctx, sn.ID); err == nil {
-			m.log.Info("stale base snapshot removed", "snapshot_id", sn.ID)
+		if err := bs.snaps.Delete(ctx, sn.ID); err == nil {
+			bs.log.Info("stale base snapshot removed", "snapshot_id", sn.ID)
 		}
 	}
 }
 
 // basePool is the warm pool name of key, or "" when key has none.
-func (m *Manager) basePool(key string) string {
-	if m.opts.BasePool <= 0 {
+func (bs *bases) pool(key string) string {
+	if bs.cfg.poolSize <= 0 {
 		return ""
 	}
-	dk, err := m.baseKey(m.defaultShape())
+	dk, err := bs.key(bs.defaultShape())
 	if err != nil || dk != key {
 		return ""
 	}
@@ -238,19 +266,19 @@ func (m *Manager) basePool(key string) string {
 
 // startBasePool fills the default shape's warm pool at start, if its base
 // snapshot exists (otherwise the first create makes it, then the pool).
-func (m *Manager) startBasePool(ctx context.Context) {
+func (bs *bases) startPool(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
-	if !m.opts.BaseSnapshots || m.opts.BasePool <= 0 {
+	if !bs.cfg.on || bs.cfg.poolSize <= 0 {
 		return
 	}
-	m.spawn(func() {
-		key, err := m.baseKey(m.defaultShape())
+	bs.spawn(func() {
+		key, err := bs.key(bs.defaultShape())
 		if err != nil {
-			m.log.Warn("base snapshot: boot assets", "err", err)
+			bs.log.Warn("base snapshot: boot assets", "err", err)
 			return
 		}
-		if _, ok := m.findBase(ctx, key); ok {
-			m.warm.refill(ctx, basePoolPrefix+key)
+		if _, ok := bs.find(ctx, key); ok {
+			bs.warm.refill(ctx, basePoolPrefix+key)
 		}
 	})
 }
@@ -265,20 +293,20 @@ type baseCreate struct {
 	pool    string
 }
 
-func (m *Manager) planBase(ctx context.Context, opts CreateOptions) baseCreate {
-	shape, ok := m.baseShapeOf(opts)
+func (bs *bases) plan(ctx context.Context, opts CreateOptions) baseCreate {
+	shape, ok := bs.shapeOf(opts)
 	if !ok {
 		return baseCreate{}
 	}
-	key, err := m.baseKey(shape)
+	key, err := bs.key(shape)
 	if err != nil {
-		m.log.Warn("base snapshot: boot assets; booting", "err", err)
+		bs.log.Warn("base snapshot: boot assets; booting", "err", err)
 		return baseCreate{}
 	}
-	if sn, ok := m.findBase(ctx, key); ok && !m.bases.isBad(sn.ID) {
-		return baseCreate{src: &sn, pool: m.basePool(key)}
+	if sn, ok := bs.find(ctx, key); ok && !bs.isBad(sn.ID) {
+		return baseCreate{src: &sn, pool: bs.pool(key)}
 	}
-	if !m.bases.claimBuild(key, true) {
+	if !bs.claimBuild(key, true) {
 		return baseCreate{}
 	}
 	return baseCreate{capture: key}

@@ -25,7 +25,7 @@ func TestBaseSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := first.SnapshotID
-	sn, err := m.GetSnapshot(ctx, base)
+	sn, err := m.Service().GetSnapshot(ctx, base)
 	if err != nil || sn.Kind != "base" {
 		t.Fatalf("first create: snapshot %q: %+v, %v; want a base snapshot", base, sn, err)
 	}
@@ -80,7 +80,7 @@ func TestBaseSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.GetSnapshot(ctx, base); err != nil {
+	if _, err := m.Service().GetSnapshot(ctx, base); err != nil {
 		t.Errorf("base snapshot after its sandboxes went: %v, want kept", err)
 	}
 	badBase(t, m, data)
@@ -119,7 +119,7 @@ func badBase(t *testing.T, m *sandbox.Manager, data string) {
 	if b.SnapshotID == "" || b.SnapshotID == a.SnapshotID {
 		t.Errorf("create over a damaged base: snapshot %q, want a new base snapshot (the damaged one is %s)", b.SnapshotID, a.SnapshotID)
 	}
-	if _, err := m.GetSnapshot(ctx, a.SnapshotID); err == nil {
+	if _, err := m.Service().GetSnapshot(ctx, a.SnapshotID); err == nil {
 		t.Errorf("the damaged base snapshot %s is still listed", a.SnapshotID)
 	}
 }

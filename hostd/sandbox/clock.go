@@ -26,11 +26,11 @@ func setClock(ctx context.Context, b *box) error {
 	return c.SetTime(ctx, time.Now())
 }
 
-// keepClock sets b's guest clock every clockResync until b goes.
-func (m *Manager) keepClock(b *box) {
+// keepClock sets the guest clock every clockResync until b goes.
+func (b *box) keepClock() {
 	b.every(clockResync, func() {
 		if err := setClock(context.Background(), b); err != nil {
-			m.log.Debug("guest clock", "sandbox_id", b.id, "err", err)
+			b.log.Debug("guest clock", "sandbox_id", b.id, "err", err)
 		}
 	})
 }

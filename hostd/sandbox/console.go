@@ -22,11 +22,11 @@ const (
 	consoleCheck = 2 * time.Second
 )
 
-// capConsole rotates b's console log until b goes.
-func (m *Manager) capConsole(b *box, path string) {
+// capConsole rotates the console log at path until b goes.
+func (b *box) capConsole(path string) {
 	b.every(consoleCheck, func() {
 		if _, err := rotateConsole(path, consoleMax); err != nil {
-			m.log.Warn("console log rotation", "sandbox_id", b.id, "err", err)
+			b.log.Warn("console log rotation", "sandbox_id", b.id, "err", err)
 		}
 	})
 }

@@ -92,7 +92,7 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 		timeoutS = b.limits.ExecTimeoutS
 	}
 	x.m.rec.execStarted(ctx, b, execStart{argv: req.Cmd, cwd: cwd, env: env, tty: req.Tty, id: execID, timeoutS: timeoutS})
-	x.m.execDeadline(b.id, execID, time.Duration(timeoutS)*time.Second)
+	x.m.timeouts.arm(b.id, execID, time.Duration(timeoutS)*time.Second)
 	if req.Stdin != nil {
 		// A terminal's stdin stays open: closing it would send EOF (^D).
 		if err := c.WriteStdin(ctx, execID, req.Stdin, !req.Tty); err != nil {
@@ -149,54 +149,4 @@ func (x *Execs) onSession(ctx context.Context, id, execID string, fn func(*agent
 		return b.streamErr(err)
 	}
 	return nil
-}
-
-// execDeadline kills exec execID of sandbox id once its timeout d (the
-// request's, or the sandbox's exec_timeout_s) passes, whether or not a
-// client still follows it (killing a session that has exited does
-// nothing); d <= 0: never. The timer belongs to the sandbox's entry, not to
-// this VM: a kill that falls due while the sandbox is paused is sent when
-// it runs again. The start event records the timeout, for a next hostd to
-// arm again (readoptExecs).
-func (m *Manager) execDeadline(id, execID string, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	e := m.reg.get(id)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.kills == nil {
-		e.kills = map[string]*time.Timer{}
-	}
-	e.kills[execID] = time.AfterFunc(d, func() {
-		m.spawn(func() { m.killExec(id, execID) })
-	})
-}
-
-// killExec sends SIGKILL to exec execID of sandbox id through its current
-// VM's agent, or marks it due while the sandbox does not run.
-func (m *Manager) killExec(id, execID string) {
-	e := m.reg.find(id)
-	if e == nil {
-		return // deleted
-	}
-	e.mu.Lock()
-	delete(e.kills, execID)
-	b := e.box
-	if b == nil {
-		e.dueKills = append(e.dueKills, execID)
-		e.mu.Unlock()
-		return
-	}
-	e.mu.Unlock()
-	m.log.Info("exec timeout reached; killing", "sandbox_id", id, "exec_id", execID)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := b.client(ctx)
-	if err == nil {
-		err = c.Signal(ctx, execID, syscall.SIGKILL)
-	}
-	if err != nil && !errors.Is(err, agentclient.ErrNoSession) {
-		m.log.Warn("exec timeout: kill", "sandbox_id", id, "exec_id", execID, "err", err)
-	}
 }

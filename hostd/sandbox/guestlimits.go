@@ -41,9 +41,9 @@ if [ "$DISK" -gt 0 ]; then
 fi
 `
 
-// applyGuestLimits runs the guest side of b's limits (at create; the guest
+// applyGuestLimits runs the guest side of its limits (at create; the guest
 // keeps them across pause, snapshot and fork).
-func (m *Manager) applyGuestLimits(ctx context.Context, b *box) error {
+func (b *box) applyGuestLimits(ctx context.Context) error {
 	l := b.limits
 	if l.MaxPids == 0 && l.DiskMiB == 0 {
 		return nil

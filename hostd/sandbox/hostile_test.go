@@ -167,8 +167,9 @@ func heapAfterGC() uint64 {
 // goroutines that serve them).
 func closeIdle() { http.DefaultTransport.(*http.Transport).CloseIdleConnections() }
 
-// endless is how much of an endless stream the test reads.
-const endless = 128 << 20
+// endless is how much of an endless stream the test reads (less under the
+// race detector, race_test.go).
+var endless = map[bool]int{false: 128 << 20, true: 8 << 20}[raceEnabled]
 
 // errStop ends a stream the test has read enough of.
 var errStop = errors.New("enough")
@@ -179,7 +180,9 @@ var errStop = errors.New("enough")
 // route that reaches the agent, through the real API. hostd must answer
 // each call (an error is fine), with no panic; another sandbox and the API
 // answer throughout; the heap grows by a fraction of what the guest sent;
-// once the hostile sandbox is deleted, no goroutine of it is left.
+// once the hostile sandbox is deleted, no goroutine of it is left. Under
+// the race detector the endless streams are shorter, and the check that the
+// guest sent several times the heap budget is left to the run without it.
 func TestHostileAgent(t *testing.T) {
 	h := newHostileEnv(t)
 	ctx := context.Background()
@@ -272,7 +275,7 @@ func TestHostileAgent(t *testing.T) {
 	// The heap holds what hostd's limits allow (a collected exec's output
 	// budget, a listing's names, ttrpc's frame buffers), whatever the
 	// guest sends: several times that must have gone through.
-	if sent.Load() < 2*heapBudget {
+	if sent.Load() < 2*heapBudget && !raceEnabled {
 		t.Errorf("the agents sent only %d MiB: the test did not push hard enough", sent.Load()>>20)
 	}
 	if growth > heapBudget {

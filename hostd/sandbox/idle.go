@@ -11,9 +11,10 @@ import (
 // cgroup) under which a sandbox counts as idle.
 const DefaultIdleCPU = 0.15
 
-// watchIdle pauses b once it has been idle for its idle timeout: no API
-// call, no exec running, and its VMM's CPU use under the threshold.
-func (m *Manager) watchIdle(b *box) {
+// watchIdle pauses b with pause once it has been idle for its idle
+// timeout: no API call, no exec running, and its VMM's CPU use under
+// threshold (in CPUs).
+func (b *box) watchIdle(threshold float64, pause func(ctx context.Context, id string) (Info, error)) {
 	idle := time.Duration(b.limits.IdleTimeoutS) * time.Second
 	if idle <= 0 {
 		return
@@ -31,16 +32,16 @@ func (m *Manager) watchIdle(b *box) {
 		cpu, now := b.cpu(), time.Now()
 		rate := (cpu - lastCPU) / now.Sub(lastAt).Seconds()
 		lastCPU, lastAt = cpu, now
-		if b.execs.Load() > 0 || rate >= m.opts.IdleCPU {
+		if b.execs.Load() > 0 || rate >= threshold {
 			b.touch()
 			continue
 		}
 		if now.Sub(time.Unix(0, b.last.Load())) < idle {
 			continue
 		}
-		m.log.Info("sandbox idle; pausing", "sandbox_id", b.id, "idle_timeout_s", b.limits.IdleTimeoutS, "cpu", rate)
-		if _, err := m.Pause(context.Background(), b.id); err != nil && !errors.Is(err, ErrNotRunning) {
-			m.log.Error("idle pause", "sandbox_id", b.id, "err", err)
+		b.log.Info("sandbox idle; pausing", "sandbox_id", b.id, "idle_timeout_s", b.limits.IdleTimeoutS, "cpu", rate)
+		if _, err := pause(context.Background(), b.id); err != nil && !errors.Is(err, ErrNotRunning) {
+			b.log.Error("idle pause", "sandbox_id", b.id, "err", err)
 			b.touch()
 			continue
 		}

@@ -25,7 +25,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 	defer m.opts.Metrics.Since("fork", time.Now())
 	parent, err := m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
-		return nil, m.notFound(err, id)
+		return nil, notFound(err, id)
 	}
 	pol := m.nets.inherited(ctx, id)
 	mnts, err := m.mnts.saved(parent.Dir)
@@ -49,7 +49,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol, Limits: m.limitsOf(ctx, id), Mounts: mnts})
+			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol, Limits: m.limits.of(ctx, id), Mounts: mnts})
 		}()
 	}
 	wg.Wait()
@@ -136,7 +136,7 @@ func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
 func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
-		return Info{}, m.notFound(err, id)
+		return Info{}, notFound(err, id)
 	}
 	// One resume of a sandbox at a time: a second caller finds it running.
 	e := m.reg.get(id)
@@ -144,7 +144,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	defer e.resume.Unlock()
 	rec, err = m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
-		return Info{}, m.notFound(err, id)
+		return Info{}, notFound(err, id)
 	}
 	if State(rec.State) != StatePaused {
 		return Info{}, fmt.Errorf("%w: sandbox %s is %s, not paused", ErrNotRunning, id, rec.State)
@@ -164,7 +164,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
 	defer m.opts.Metrics.Since("resume", time.Now())
-	cfg, err := m.placeVM(m.vmConfig(rec, v.Overlay), b)
+	cfg, err := m.vmms.place(m.vmConfig(rec, v.Overlay), b)
 	var vm vmm.VM
 	if err == nil {
 		vm, err = m.opts.Driver.Restore(ctx, cfg, v.PauseDir)
@@ -199,8 +199,8 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	os.RemoveAll(v.PauseDir)
 	m.log.Info("sandbox resumed", "sandbox_id", id)
 	info, err := m.adopt(ctx, b, rec)
-	if err == nil && m.takeEarlierExecs(id) {
-		m.readoptExecs(ctx, b) // paused across a hostd restart
+	if err == nil && m.reg.get(id).takeEarlierExecs() {
+		m.takeover.run(ctx, b) // paused across a hostd restart
 	}
 	return info, err
 }
@@ -216,29 +216,12 @@ func countOverlays(dir string) int {
 	return len(ms) + 1
 }
 
-func (m *Manager) notFound(err error, id string) error {
+// notFound names sandbox id in a store's ErrNotFound.
+func notFound(err error, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return err
-}
-
-// GetSnapshot describes a snapshot and its users.
-func (m *Manager) GetSnapshot(ctx context.Context, id string) (SnapshotInfo, error) {
-	info, err := m.snaps.Get(ctx, id)
-	return info, snapshotNotFound(err, id)
-}
-
-// ListSnapshots describes every snapshot.
-func (m *Manager) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
-	return m.snaps.List(ctx)
-}
-
-// DeleteSnapshot removes a snapshot that nothing refers to. A snapshot
-// that a sandbox, another snapshot or a template still uses is refused with
-// ErrInUse.
-func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
-	return snapshotNotFound(m.snaps.Delete(ctx, id), id)
 }
 
 func snapshotNotFound(err error, id string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,7 +13,6 @@ import (
 	"github.com/agentbox/agentbox/hostd/cgroup"
 	"github.com/agentbox/agentbox/hostd/netns"
 	"github.com/agentbox/agentbox/hostd/store"
-	"github.com/agentbox/agentbox/vmm"
 )
 
 // Limits are a sandbox's resource limits and lifecycle options (R11, R12),
@@ -96,6 +96,9 @@ type limitPolicy struct {
 	keyMaxes map[string]Maximums
 	baseMiB  int  // the base image's size, the most disk_mib can be
 	cgroups  bool // cpu_quota and host_memory_mib can be enforced
+	// store holds each sandbox's resolved limits.
+	store limitStore
+	log   *slog.Logger
 }
 
 // resolve fills l from the defaults and checks it against the global
@@ -248,16 +251,16 @@ func checkHostMemory(l Limits, memoryMiB int) error {
 	return nil
 }
 
-// limitsOf loads a sandbox's limits; a sandbox without a row (a warm pool
+// of loads a sandbox's limits; a sandbox without a row (a warm pool
 // entry) gets the defaults.
-func (m *Manager) limitsOf(ctx context.Context, id string) Limits {
+func (p *limitPolicy) of(ctx context.Context, id string) Limits {
 	var l Limits
-	err := m.opts.Store.GetSandboxLimits(ctx, id, &l)
+	err := p.store.GetSandboxLimits(ctx, id, &l)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			m.log.Error("load limits", "sandbox_id", id, "err", err)
+			p.log.Error("load limits", "sandbox_id", id, "err", err)
 		}
-		l, _ = m.limits.resolve(Limits{})
+		l, _ = p.resolve(Limits{})
 	}
 	return l
 }
@@ -266,45 +269,6 @@ func (m *Manager) limitsOf(ctx context.Context, id string) Limits {
 func (p *limitPolicy) isDefault(l Limits) bool {
 	d, _ := p.resolve(Limits{})
 	return l == d
-}
-
-// placeVM fills cfg's per-sandbox limits: the VMM's user (jail.go), the
-// disk throttle, the network rate (set on the tap here), and the hook that
-// moves the VMM process into its cgroup as soon as it exists.
-func (m *Manager) placeVM(cfg vmm.Config, b *box) (vmm.Config, error) {
-	var err error
-	if cfg.RunAs, err = runAsOf(b.dir); err != nil {
-		return cfg, err
-	}
-	for i := range cfg.Disks {
-		cfg.Disks[i].BpsTotal = b.limits.DiskBps
-	}
-	if err := m.nets.limit(&cfg, b.id, b.limits.NetBps); err != nil {
-		return cfg, err
-	}
-	if m.opts.Cgroups == nil {
-		m.recordVM(&cfg) // the VMM's identity on disk (adopt.go)
-		return cfg, nil
-	}
-	g, err := m.opts.Cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
-	if err != nil {
-		return cfg, err
-	}
-	b.cgroup = g
-	cfg.Started = g.Add
-	m.recordVM(&cfg)
-	return cfg, nil
-}
-
-// removeCgroup deletes b's cgroup once its VMM process has exited.
-func (m *Manager) removeCgroup(b *box) {
-	if b.cgroup == nil {
-		return
-	}
-	if err := b.cgroup.Delete(); err != nil {
-		m.log.Error("remove cgroup", "sandbox_id", b.id, "err", err)
-	}
-	b.cgroup = nil
 }
 
 // diskUsed is the host disk space that sandbox dir's overlays take.

@@ -112,9 +112,16 @@ type Manager struct {
 	reg   registry
 	pools pools
 	warm  warm
-	bases bases
-	nets  networks
-	rec   flight
+	bases *bases
+	// timeouts kills execs past their timeout; takeover takes over an
+	// earlier hostd's execs.
+	timeouts *execTimeouts
+	takeover *takeover
+	ttls     *ttls
+	vmms     *vmms
+	reaper   *reaper
+	nets     networks
+	rec      flight
 	// limits resolves requests' limits (it knows the base image's size).
 	limits limitPolicy
 	// mnts serves the sandboxes' mounts (mounts.go).
@@ -195,10 +202,18 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps, jail: jl}
 	m.warm = warm{m: m}
+	m.bases = newBases(opts, snaps, &m.warm, m.spawn)
+	m.vmms = &vmms{backend: opts.Driver.Name(), cgroups: opts.Cgroups, nets: &m.nets, log: opts.Logger}
+	m.reaper = newReaper(opts, &m.reg, &m.pools, m.vmms.kill)
+	m.timeouts = &execTimeouts{reg: &m.reg, log: opts.Logger, spawn: m.spawn}
+	events, _ := opts.Store.(eventLister)
+	m.ttls = &ttls{reg: &m.reg, rec: &m.rec, log: opts.Logger, spawn: m.spawn, pause: m.Pause, del: m.Delete,
+		onTimeout: func(ctx context.Context, id string) string { return m.limits.of(ctx, id).OnTimeout }}
+	m.takeover = &takeover{reg: &m.reg, rec: &m.rec, log: opts.Logger, events: events, timeouts: m.timeouts}
 	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
 	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	m.mnts = newMountSets(opts.Mounts, opts.DataDir)
-	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil}
+	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil, store: opts.Store, log: opts.Logger}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
 		m.limits.baseMiB = int(info.VirtualSize >> 20)
 	}
@@ -257,7 +272,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 	gitEgress(&opts)
 	var plan baseCreate // see base.go
 	if src == nil {
-		plan = m.planBase(ctx, opts)
+		plan = m.bases.plan(ctx, opts)
 		if plan.capture != "" {
 			defer m.bases.claimBuild(plan.capture, false)
 		}
@@ -338,7 +353,7 @@ func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptio
 	default:
 		b, err = m.boot(ctx, rec, opts, netOnce)
 		if err == nil && plan.capture != "" {
-			err = m.captureNewBase(ctx, b, rec, plan.capture)
+			err = m.bases.captureNew(ctx, b, rec, plan.capture)
 		}
 	}
 	if err == nil {
@@ -370,7 +385,7 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
 	}
 	if err == nil && State(rec.State) != StatePaused {
-		err = m.applyGuestLimits(ctx, b)
+		err = b.applyGuestLimits(ctx)
 	}
 	if err != nil {
 		m.teardown(b, err)
@@ -382,16 +397,16 @@ func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, e
 	due := e.dueKills
 	e.dueKills = nil
 	e.mu.Unlock()
-	m.armTTL(e, time.Duration(rec.TimeoutS)*time.Second)
+	m.ttls.arm(e, time.Duration(rec.TimeoutS)*time.Second)
 	b.touch()
 	m.rec.startGuest(ctx, b)
 	m.rec.resumeExecs(b)
 	m.spawn(func() { m.watch(b) })
-	m.spawn(func() { m.watchIdle(b) })
-	m.spawn(func() { m.keepClock(b) })
-	m.spawn(func() { m.capConsole(b, filepath.Join(b.dir, "console.log")) })
+	m.spawn(func() { b.watchIdle(m.opts.IdleCPU, m.Pause) })
+	m.spawn(b.keepClock)
+	m.spawn(func() { b.capConsole(filepath.Join(b.dir, "console.log")) })
 	for _, execID := range due {
-		m.killExec(b.id, execID)
+		m.timeouts.kill(b.id, execID)
 	}
 	m.log.Info("sandbox running", "sandbox_id", b.id, "vm_pid", rec.VMPID, "snapshot_id", b.snapshotID)
 	info := m.withLimits(ctx, infoOf(rec))
@@ -415,7 +430,7 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	}
 	b := m.newBox(ctx, rec)
 	b.overlay = b.nextOverlay()
-	ph := m.phases(rec.ID, "boot")
+	ph := newPhases(m.log, rec.ID, "boot")
 	if err := disk.CreateOverlay(ctx, base, b.overlay, 0); err != nil {
 		return nil, err
 	}
@@ -434,7 +449,7 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 	if opts.Initramfs != "" {
 		vc.Initramfs = opts.Initramfs
 	}
-	cfg, err := m.placeVM(vc, b)
+	cfg, err := m.vmms.place(vc, b)
 	if err != nil {
 		return nil, err
 	}
@@ -463,7 +478,7 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 func (m *Manager) newBox(ctx context.Context, rec store.Sandbox) *box {
 	e := m.reg.get(rec.ID)
 	return &box{id: rec.ID, dir: rec.Dir, log: m.log, gone: make(chan struct{}), dialing: make(chan struct{}, 1), meter: &e.meter, spawn: m.spawn,
-		limits: m.limitsOf(ctx, rec.ID)}
+		limits: m.limits.of(ctx, rec.ID)}
 }
 
 func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {

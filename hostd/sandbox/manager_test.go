@@ -252,7 +252,7 @@ func TestExecTimeoutDueWhilePaused(t *testing.T) {
 	en := e.m.reg.find(info.ID)
 	b := en.live()
 	e.m.reg.forget(b) // as a pause does
-	e.m.killExec(info.ID, "exec-1")
+	e.m.timeouts.kill(info.ID, "exec-1")
 	en.mu.Lock()
 	due := append([]string(nil), en.dueKills...)
 	en.mu.Unlock()
@@ -345,10 +345,10 @@ func TestSnapshotForkLineageAndGC(t *testing.T) {
 			t.Errorf("fork %s: got %q %d", f.ID, out, code)
 		}
 	}
-	if err := e.m.DeleteSnapshot(ctx, sn.ID); !errors.Is(err, ErrInUse) {
+	if err := e.m.Service().DeleteSnapshot(ctx, sn.ID); !errors.Is(err, ErrInUse) {
 		t.Errorf("delete a used snapshot: got %v, want ErrInUse", err)
 	}
-	if _, err := e.m.GetSnapshot(ctx, "sn-nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.m.Service().GetSnapshot(ctx, "sn-nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown snapshot: got %v, want ErrNotFound", err)
 	}
 	forkSnap := forks[0].SnapshotID
@@ -358,21 +358,21 @@ func TestSnapshotForkLineageAndGC(t *testing.T) {
 		}
 	}
 	// The fork snapshot is still the source's disk layer: kept.
-	if _, err := e.m.GetSnapshot(ctx, forkSnap); err != nil {
+	if _, err := e.m.Service().GetSnapshot(ctx, forkSnap); err != nil {
 		t.Errorf("fork snapshot the source overlays: got %v, want kept", err)
 	}
 	if err := e.m.Delete(ctx, src.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.GetSnapshot(ctx, forkSnap); !errors.Is(err, ErrNotFound) {
+	if _, err := e.m.Service().GetSnapshot(ctx, forkSnap); !errors.Is(err, ErrNotFound) {
 		t.Errorf("fork snapshot nothing uses: got %v, want collected", err)
 	}
 	// Nothing uses the first snapshot now; asked-for snapshots are kept
 	// until deleted.
-	if err := e.m.DeleteSnapshot(ctx, sn.ID); err != nil {
+	if err := e.m.Service().DeleteSnapshot(ctx, sn.ID); err != nil {
 		t.Errorf("delete the unused snapshot: %v", err)
 	}
-	if list, _ := e.m.ListSnapshots(ctx); len(list) != 0 {
+	if list, _ := e.m.Service().ListSnapshots(ctx); len(list) != 0 {
 		t.Errorf("snapshots left: %+v", list)
 	}
 }

@@ -45,7 +45,7 @@ func (m *Manager) PoolSizes() map[string]int {
 
 // withLimits adds a sandbox's limits and deadline to info.
 func (m *Manager) withLimits(ctx context.Context, info Info) Info {
-	info.Limits = m.limitsOf(ctx, info.ID)
+	info.Limits = m.limits.of(ctx, info.ID)
 	info.Deadline = m.Deadline(info.ID)
 	return info
 }

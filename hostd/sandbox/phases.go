@@ -20,8 +20,10 @@ type phaseLog struct {
 	last time.Time
 }
 
-func (m *Manager) phases(id, path string) *phaseLog {
-	return &phaseLog{log: m.log, id: id, path: path, last: time.Now()}
+// newPhases starts the phase log of path ("boot", "restore", ...) of
+// sandbox id.
+func newPhases(log *slog.Logger, id, path string) *phaseLog {
+	return &phaseLog{log: log, id: id, path: path, last: time.Now()}
 }
 
 // done ends the phase called name.

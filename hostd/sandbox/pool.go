@@ -156,7 +156,7 @@ func (w *warm) claim(ctx context.Context, name string, opts CreateOptions) (*box
 		if !ok {
 			return nil, store.Sandbox{}, false
 		}
-		ph := w.m.phases(e.b.id, "claim")
+		ph := newPhases(w.m.log, e.b.id, "claim")
 		e.rec.Env, e.rec.Metadata, e.rec.TimeoutS, e.rec.CreatedAt = opts.Env, opts.Metadata, opts.TimeoutS, time.Now().UTC()
 		if err := w.m.opts.Store.PutSandbox(ctx, e.rec); err != nil {
 			w.discard(e)
@@ -238,7 +238,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 // template's, or a base snapshot's (base.go).
 func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, error) {
 	if key, ok := strings.CutPrefix(name, basePoolPrefix); ok {
-		sn, found := w.m.findBase(ctx, key)
+		sn, found := w.m.bases.find(ctx, key)
 		if !found {
 			return sn, 0, store.ErrNotFound
 		}
@@ -293,7 +293,7 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 		return TemplateInfo{}, fmt.Errorf("%w: a template needs a name and a pool size of 0..%d", ErrInvalid, MaxPoolSize)
 	}
 	if _, err := tm.m.opts.Store.GetSnapshot(ctx, snapshotID); err != nil {
-		return TemplateInfo{}, tm.m.notFound(err, snapshotID)
+		return TemplateInfo{}, notFound(err, snapshotID)
 	}
 	t := store.Template{Name: name, SnapshotID: snapshotID, PoolSize: poolSize, CreatedAt: time.Now().UTC()}
 	if err := tm.m.opts.Store.PutTemplate(ctx, t); err != nil {
@@ -320,7 +320,7 @@ func (tm *Templates) templateInfo(t store.Template) TemplateInfo {
 func (tm *Templates) GetTemplate(ctx context.Context, name string) (TemplateInfo, error) {
 	t, err := tm.m.opts.Store.GetTemplate(ctx, name)
 	if err != nil {
-		return TemplateInfo{}, tm.m.notFound(err, name)
+		return TemplateInfo{}, notFound(err, name)
 	}
 	return tm.templateInfo(t), nil
 }
@@ -341,7 +341,7 @@ func (tm *Templates) ListTemplates(ctx context.Context) ([]TemplateInfo, error) 
 // DeleteTemplate removes a template and its warm pool (not its snapshot).
 func (tm *Templates) DeleteTemplate(ctx context.Context, name string) error {
 	if _, err := tm.m.opts.Store.GetTemplate(ctx, name); err != nil {
-		return tm.m.notFound(err, name)
+		return notFound(err, name)
 	}
 	if err := tm.m.opts.Store.DeleteTemplate(ctx, name); err != nil {
 		return err
@@ -359,7 +359,7 @@ func (w *warm) startPools(ctx context.Context) error {
 	for _, t := range ts {
 		w.refillLater(t.Name)
 	}
-	w.m.startBasePool(ctx)
+	w.m.bases.startPool(ctx)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -15,38 +16,47 @@ import (
 // for its open execs (pages of store.ListEvents' 1000).
 const maxExecEventPages = 200
 
-// readoptExecs takes over, after a hostd restart, the execs that the
+// takeover takes over the execs of an earlier hostd (see run).
+type takeover struct {
+	reg      *registry
+	rec      *flight
+	log      *slog.Logger
+	events   eventLister // nil: no log to read
+	timeouts *execTimeouts
+}
+
+// run takes over, after a hostd restart, the execs that the
 // previous hostd started and saw no end of, from their start events in the
 // flight recorder's log: it waits for each one's end again (and records
 // it), and arms its timeout for what is left of it (one already past kills
 // at once). It runs at a re-adoption and at a resume (the sandbox may have
 // been paused across the restart); execs this hostd tracks are its own
 // already. Without a recorder there is no log and nothing to take over.
-func (m *Manager) readoptExecs(ctx context.Context, b *box) {
-	if m.rec.r == nil {
+func (t *takeover) run(ctx context.Context, b *box) {
+	if t.rec.r == nil || t.events == nil {
 		return
 	}
-	open, err := m.openExecs(ctx, b.id)
+	open, err := t.openExecs(ctx, b.id)
 	if err != nil {
-		m.log.Warn("execs of the previous hostd not taken over", "sandbox_id", b.id, "err", err)
+		t.log.Warn("execs of the previous hostd not taken over", "sandbox_id", b.id, "err", err)
 	}
 	taken := 0
 	for _, o := range open {
-		if m.reg.get(b.id).rec.find(o.data.ExecID) != nil {
+		if t.reg.get(b.id).rec.find(o.data.ExecID) != nil {
 			continue
 		}
 		taken++
-		t := &execTrack{cause: o.cause, started: o.data.Started, data: o.data, done: make(chan struct{})}
+		tr := &execTrack{cause: o.cause, started: o.data.Started, data: o.data, done: make(chan struct{})}
 		execID := o.data.ExecID
-		m.reg.get(b.id).rec.add(execID, t)
-		m.rec.spawn(func() { m.rec.awaitExec(b, execID, t) })
+		t.reg.get(b.id).rec.add(execID, tr)
+		t.rec.spawn(func() { t.rec.awaitExec(b, execID, tr) })
 		if o.data.TimeoutS > 0 {
 			left := time.Until(o.data.Started.Add(time.Duration(o.data.TimeoutS) * time.Second))
-			m.execDeadline(b.id, execID, max(left, time.Nanosecond))
+			t.timeouts.arm(b.id, execID, max(left, time.Nanosecond))
 		}
 	}
 	if taken > 0 {
-		m.log.Info("execs of the previous hostd taken over", "sandbox_id", b.id, "count", taken)
+		t.log.Info("execs of the previous hostd taken over", "sandbox_id", b.id, "count", taken)
 	}
 }
 
@@ -55,19 +65,17 @@ type eventLister interface {
 	ListEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error)
 }
 
-// markEarlierExecs notes that sandbox id was paused when this hostd
+// markEarlierExecs notes that e's sandbox was paused when this hostd
 // started, so its first resume looks for execs to take over.
-func (m *Manager) markEarlierExecs(id string) {
-	e := m.reg.get(id)
+func (e *entry) markEarlierExecs() {
 	e.mu.Lock()
 	e.earlierExecs = true
 	e.mu.Unlock()
 }
 
-// takeEarlierExecs reports, once, whether sandbox id's resume should take
-// over an earlier hostd's execs.
-func (m *Manager) takeEarlierExecs(id string) bool {
-	e := m.reg.get(id)
+// takeEarlierExecs reports, once, whether e's resume should take over an
+// earlier hostd's execs.
+func (e *entry) takeEarlierExecs() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.earlierExecs
@@ -83,16 +91,12 @@ type openExec struct {
 
 // openExecs reads sandbox id's exec events, oldest first, and returns the
 // execs that started and did not end.
-func (m *Manager) openExecs(ctx context.Context, id string) ([]openExec, error) {
-	log, ok := m.opts.Store.(eventLister)
-	if !ok {
-		return nil, nil
-	}
+func (t *takeover) openExecs(ctx context.Context, id string) ([]openExec, error) {
 	var order []string
 	open := map[string]openExec{}
 	var after int64
 	for range maxExecEventPages {
-		evs, err := log.ListEvents(ctx, store.EventQuery{SandboxID: id, Types: []string{recorder.TypeExec}, After: after})
+		evs, err := t.events.ListEvents(ctx, store.EventQuery{SandboxID: id, Types: []string{recorder.TypeExec}, After: after})
 		if err != nil {
 			return nil, err
 		}

@@ -31,16 +31,16 @@ type reaper struct {
 
 // Reap runs the reaper until ctx ends: every interval it removes what no
 // sandbox owns any more (see ReapOnce).
-func (m *Manager) Reap(ctx context.Context, interval time.Duration) { m.reaper().run(ctx, interval) }
+func (m *Manager) Reap(ctx context.Context, interval time.Duration) { m.reaper.run(ctx, interval) }
 
 // ReapOnce removes, at once, the instance's cgroups (and any process still
 // in them) and sandbox directories that no sandbox owns. Run at start,
 // before any sandbox exists.
-func (m *Manager) ReapOnce(ctx context.Context) { m.reaper().now(ctx) }
+func (m *Manager) ReapOnce(ctx context.Context) { m.reaper.now(ctx) }
 
-func (m *Manager) reaper() *reaper {
-	return &reaper{cgroups: m.opts.Cgroups, store: m.opts.Store, dataDir: m.opts.DataDir, recorder: m.opts.Recorder,
-		retention: m.opts.EventRetention, log: m.log, owned: m.ownedIDs, killVM: m.killVM}
+func newReaper(o Options, reg *registry, ps *pools, kill func(id, dir string)) *reaper {
+	return &reaper{cgroups: o.Cgroups, store: o.Store, dataDir: o.DataDir, recorder: o.Recorder,
+		retention: o.EventRetention, log: o.Logger, killVM: kill, owned: func() map[string]bool { return ownedIDs(reg, ps) }}
 }
 
 // DefaultReapInterval is how often the reaper looks for orphans.
@@ -162,12 +162,12 @@ func (r *reaper) creating(ctx context.Context, id string) bool {
 }
 
 // ownedIDs are the ids of live and warm sandboxes.
-func (m *Manager) ownedIDs() map[string]bool {
+func ownedIDs(reg *registry, ps *pools) map[string]bool {
 	owned := map[string]bool{}
-	for _, b := range m.reg.boxes() {
+	for _, b := range reg.boxes() {
 		owned[b.id] = true
 	}
-	m.pools.owned(owned)
+	ps.owned(owned)
 	return owned
 }
 

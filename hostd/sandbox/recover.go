@@ -48,7 +48,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if !known[e.Name()] {
 			m.log.Warn("removing orphaned sandbox dir", "sandbox_id", e.Name())
 			dir := filepath.Join(m.opts.DataDir, "sandboxes", e.Name())
-			m.killVM(e.Name(), dir)
+			m.vmms.kill(e.Name(), dir)
 			removeDir(dir, m.log)
 		}
 	}
@@ -58,34 +58,34 @@ func (m *Manager) Recover(ctx context.Context) error {
 // recoverOne brings sandbox r's record in line with what runs (Recover).
 func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
 	log := m.log.With("sandbox_id", r.ID)
-	p, alive := m.recordedVM(r.ID, r.Dir)
+	p, alive := m.vmms.recorded(r.ID, r.Dir)
 	st := State(r.State)
 	switch st {
 	case StatePaused, StateFailed:
 		if alive {
-			m.killVM(r.ID, r.Dir)
+			m.vmms.kill(r.ID, r.Dir)
 		}
 		if st == StatePaused {
-			m.rearmTTL(r)
-			m.markEarlierExecs(r.ID)
+			m.ttls.rearm(r)
+			m.reg.get(r.ID).markEarlierExecs()
 		}
 		return nil
 	case StatePausing, StateResuming:
 		if m.recoverPaused(ctx, r) {
 			if alive {
-				m.killVM(r.ID, r.Dir)
+				m.vmms.kill(r.ID, r.Dir)
 			}
 			if err := m.setState(ctx, r.ID, StatePaused, "", 0); err != nil {
 				return err
 			}
-			m.markEarlierExecs(r.ID)
+			m.reg.get(r.ID).markEarlierExecs()
 			log.Warn("sandbox was pausing or resuming when hostd stopped; its saved state is intact: paused")
-			m.rearmTTL(r)
+			m.ttls.rearm(r)
 			return nil
 		}
 	case StateCreating, StateStopping:
 		if alive {
-			m.killVM(r.ID, r.Dir)
+			m.vmms.kill(r.ID, r.Dir)
 		}
 		log.Warn("sandbox was being created or deleted when hostd stopped")
 		removeDir(r.Dir, log)
@@ -101,7 +101,7 @@ func (m *Manager) recoverOne(ctx context.Context, r store.Sandbox) error {
 		if err == nil {
 			return nil
 		}
-		m.killVM(r.ID, r.Dir)
+		m.vmms.kill(r.ID, r.Dir)
 		m.nets.detach(r.ID)
 		if !errors.Is(err, vmm.ErrNotRunning) {
 			log.Error("could not re-adopt the sandbox's vm; stopped it", "vm_pid", p.PID, "err", err)

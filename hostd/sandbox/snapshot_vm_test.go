@@ -202,14 +202,14 @@ func checkInUse(t *testing.T, m *sandbox.Manager, snapID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.DeleteSnapshot(ctx, snapID); !errors.Is(err, sandbox.ErrInUse) {
+	if err := m.Service().DeleteSnapshot(ctx, snapID); !errors.Is(err, sandbox.ErrInUse) {
 		t.Errorf("delete a snapshot a sandbox uses: got %v, want ErrInUse", err)
 	}
 	if err := m.Delete(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The source sandbox still overlays the snapshot's layer.
-	if err := m.DeleteSnapshot(ctx, snapID); !errors.Is(err, sandbox.ErrInUse) {
+	if err := m.Service().DeleteSnapshot(ctx, snapID); !errors.Is(err, sandbox.ErrInUse) {
 		t.Errorf("delete the layer the source still overlays: got %v, want ErrInUse", err)
 	}
 }
@@ -266,25 +266,25 @@ func checkGC(t *testing.T, m *sandbox.Manager, id, firstSnap, data string) {
 	if err := m.Delete(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.DeleteSnapshot(ctx, firstSnap); !errors.Is(err, sandbox.ErrInUse) {
+	if err := m.Service().DeleteSnapshot(ctx, firstSnap); !errors.Is(err, sandbox.ErrInUse) {
 		t.Errorf("delete the oldest snapshot of a chain: got %v, want ErrInUse", err)
 	}
-	all, err := m.ListSnapshots(ctx)
+	all, err := m.Service().ListSnapshots(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := len(all) - 1; i >= 0; i-- {
 		if all[i].Kind == "snapshot" && all[i].ID != firstSnap {
-			if err := m.DeleteSnapshot(ctx, all[i].ID); err != nil {
+			if err := m.Service().DeleteSnapshot(ctx, all[i].ID); err != nil {
 				t.Fatalf("delete %s: %v", all[i].ID, err)
 			}
 		}
 	}
-	left, _ := m.ListSnapshots(ctx)
+	left, _ := m.Service().ListSnapshots(ctx)
 	if len(left) != 1 || left[0].ID != firstSnap {
 		t.Errorf("got %+v left, want only the first snapshot (the fork snapshot collected)", left)
 	}
-	if err := m.DeleteSnapshot(ctx, firstSnap); err != nil {
+	if err := m.Service().DeleteSnapshot(ctx, firstSnap); err != nil {
 		t.Errorf("delete an unused snapshot: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(data, "snapshots")); len(ents) != 0 {

@@ -139,7 +139,7 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	b := m.newBox(ctx, rec)
 	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
 	b.overlay = b.nextOverlay()
-	ph := m.phases(rec.ID, "restore")
+	ph := newPhases(m.log, rec.ID, "restore")
 	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	}
 	ph.done("network_wait")
 	defer m.opts.Metrics.Since("restore", time.Now())
-	cfg, err := m.placeVM(m.vmConfig(rec, b.overlay), b)
+	cfg, err := m.vmms.place(m.vmConfig(rec, b.overlay), b)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 // wake resumes a restored VM, connects its agent, and sets its clock,
 // entropy and (for a new sandbox) its identity before any user command.
 func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
-	ph := m.phases(b.id, "wake")
+	ph := newPhases(m.log, b.id, "wake")
 	if err := b.vm.Resume(ctx); err != nil {
 		return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
@@ -15,26 +16,38 @@ import (
 // on_timeout is "pause". ExtendTimeout sets a new end. The timer is the
 // entry's (registry.go).
 
-// armTTL starts e's TTL timer to end after d, unless one is running.
-func (m *Manager) armTTL(e *entry, d time.Duration) {
-	e.ttl.arm(d, func() { m.spawn(func() { m.expire(e.id) }) })
+// ttls arms the sandboxes' TTL timers and ends the sandboxes whose TTL
+// ends, with the manager's pause or delete.
+type ttls struct {
+	reg       *registry
+	rec       *flight
+	log       *slog.Logger
+	spawn     func(func()) bool
+	onTimeout func(ctx context.Context, id string) string // the sandbox's on_timeout
+	pause     func(ctx context.Context, id string) (Info, error)
+	del       func(ctx context.Context, id string) error
+}
+
+// arm starts e's TTL timer to end after d, unless one is running.
+func (t *ttls) arm(e *entry, d time.Duration) {
+	e.ttl.arm(d, func() { t.spawn(func() { t.expire(e.id) }) })
 }
 
 // expire ends sandbox id's TTL: delete, or pause.
-func (m *Manager) expire(id string) {
+func (t *ttls) expire(id string) {
 	ctx := context.Background()
-	onTimeout := m.limitsOf(ctx, id).OnTimeout
-	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + onTimeout})
+	onTimeout := t.onTimeout(ctx, id)
+	t.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: "timeout reached: " + onTimeout})
 	if onTimeout == OnTimeoutPause {
-		m.log.Info("sandbox timeout reached; pausing", "sandbox_id", id)
-		if _, err := m.Pause(ctx, id); err != nil && !errors.Is(err, ErrNotRunning) && !errors.Is(err, ErrNotFound) {
-			m.log.Error("pause expired sandbox", "sandbox_id", id, "err", err)
+		t.log.Info("sandbox timeout reached; pausing", "sandbox_id", id)
+		if _, err := t.pause(ctx, id); err != nil && !errors.Is(err, ErrNotRunning) && !errors.Is(err, ErrNotFound) {
+			t.log.Error("pause expired sandbox", "sandbox_id", id, "err", err)
 		}
 		return
 	}
-	m.log.Info("sandbox timeout reached; deleting", "sandbox_id", id)
-	if err := m.Delete(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
-		m.log.Error("delete expired sandbox", "sandbox_id", id, "err", err)
+	t.log.Info("sandbox timeout reached; deleting", "sandbox_id", id)
+	if err := t.del(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+		t.log.Error("delete expired sandbox", "sandbox_id", id, "err", err)
 	}
 }
 
@@ -47,11 +60,11 @@ func (m *Manager) ExtendTimeout(ctx context.Context, id string, timeoutS int) (I
 		return Info{}, fmt.Errorf("%w: timeout_s must be 1..%d", ErrInvalid, MaxTimeoutS)
 	}
 	if _, err := m.opts.Store.GetSandbox(ctx, id); err != nil {
-		return Info{}, m.notFound(err, id)
+		return Info{}, notFound(err, id)
 	}
 	e := m.reg.get(id)
 	e.ttl.disarm()
-	m.armTTL(e, time.Duration(timeoutS)*time.Second)
+	m.ttls.arm(e, time.Duration(timeoutS)*time.Second)
 	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionTimeout, Reason: fmt.Sprintf("timeout set to %ds from now", timeoutS)})
 	return m.Get(ctx, id)
 }
@@ -64,12 +77,12 @@ func (m *Manager) Deadline(id string) time.Time {
 	return time.Time{}
 }
 
-// rearmTTL restarts a paused sandbox's TTL after a hostd restart, from its
+// rearm restarts a paused sandbox's TTL after a hostd restart, from its
 // creation (an extension made before the restart is not kept).
-func (m *Manager) rearmTTL(r store.Sandbox) {
+func (t *ttls) rearm(r store.Sandbox) {
 	if r.TimeoutS <= 0 {
 		return
 	}
 	left := time.Until(r.CreatedAt.Add(time.Duration(r.TimeoutS) * time.Second))
-	m.armTTL(m.reg.get(r.ID), max(left, time.Second))
+	t.arm(t.reg.get(r.ID), max(left, time.Second))
 }

@@ -16,8 +16,16 @@
 //     recorder's state.
 //   - box (box.go): one VM of a sandbox and its agent connection.
 //   - networks, flight, limitPolicy, reaper, pools and warm: the network
-//     attachments, the flight recorder's glue, limit resolution, the orphan
-//     reaper, the warm pools and their filling and claiming.
+//     attachments, the flight recorder's glue, limit resolution and each
+//     sandbox's stored limits, the orphan reaper, the warm pools and their
+//     filling and claiming.
+//   - bases (base.go): the built-in base snapshots, one per shape, and their
+//     warm pool.
+//   - vmms (vmms.go): where a VMM process goes (user, cgroup, limits) and
+//     its identity on disk, found again by a later hostd.
+//   - ttls, execTimeouts and takeover: the sandboxes' TTL timers, the
+//     execs' timeouts, and the execs an earlier hostd left running.
+//   - Snapshots (service.go): the snapshots' API (describe, list, delete).
 //
 // Lock order (outer first). box.op serializes the lifecycle operations of
 // one VM (snapshot, pause, delete), and entry.resume the resumes of one
@@ -26,7 +34,7 @@
 // events is recorded, and may take the locks below. Every other lock is a
 // leaf, held only to read or write its fields, never while calling out or
 // taking another lock: registry.mu, entry.mu, execLog.mu, pools.mu (released
-// before any pool.mu), pool.mu, ttl.mu, meter.mu and Manager.bgMu. box.mu is
+// before any pool.mu), pool.mu, ttl.mu, meter.mu, bases.mu and Manager.bgMu. box.mu is
 // a leaf too, but is held across the agent dial so that one connection is
 // made at a time.
 //

@@ -47,7 +47,7 @@ func allocated(fi os.FileInfo) int64 {
 func (m *Manager) Usage(ctx context.Context, id string) (Usage, error) {
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
-		return Usage{}, m.notFound(err, id)
+		return Usage{}, notFound(err, id)
 	}
 	e := m.reg.get(id)
 	mt := &e.meter

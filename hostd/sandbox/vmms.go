@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/vmm"
+)
+
+// vmms places the sandboxes' VMM processes (user, cgroup, limits) and
+// records each one's identity in its sandbox directory (vmstate.json), so
+// that a later hostd finds it: to adopt it, or to stop it.
+type vmms struct {
+	backend string  // the driver's name
+	cgroups Cgroups // nil: no cgroups
+	nets    *networks
+	log     *slog.Logger
+}
+
+// place fills cfg's per-sandbox limits: the VMM's user (jail.go), the
+// disk throttle, the network rate (set on the tap here), and the hook that
+// moves the VMM process into its cgroup as soon as it exists.
+func (v *vmms) place(cfg vmm.Config, b *box) (vmm.Config, error) {
+	var err error
+	if cfg.RunAs, err = runAsOf(b.dir); err != nil {
+		return cfg, err
+	}
+	for i := range cfg.Disks {
+		cfg.Disks[i].BpsTotal = b.limits.DiskBps
+	}
+	if err := v.nets.limit(&cfg, b.id, b.limits.NetBps); err != nil {
+		return cfg, err
+	}
+	if v.cgroups == nil {
+		v.record(&cfg) // the VMM's identity on disk (adopt.go)
+		return cfg, nil
+	}
+	g, err := v.cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
+	if err != nil {
+		return cfg, err
+	}
+	b.cgroup = g
+	cfg.Started = g.Add
+	v.record(&cfg)
+	return cfg, nil
+}
+
+// record wraps cfg.Started so that the VMM's identity is on disk before
+// any guest runs: a hostd killed from then on leaves a VMM the next one
+// can find.
+func (v *vmms) record(cfg *vmm.Config) {
+	started, dir, backend := cfg.Started, cfg.Dir, v.backend
+	cfg.Started = func(pid int) error {
+		if started != nil {
+			if err := started(pid); err != nil {
+				return err
+			}
+		}
+		p, err := vmm.Identify(pid)
+		if err != nil {
+			p = vmm.Process{PID: pid} // a fake VMM: adopt rewrites it
+		}
+		return writeVMState(dir, vmState{Backend: backend, Process: p})
+	}
+}
+
+// recorded returns the VMM recorded in dir, if any. Whether it still
+// runs as the same process (pid and start time) is for Driver.Adopt and
+// kill to check; with cgroups, a VMM that is not in sandbox id's group
+// is not its VMM at all.
+func (v *vmms) recorded(id, dir string) (vmm.Process, bool) {
+	st, err := readVMState(dir)
+	if err != nil || st.Backend != v.backend {
+		return vmm.Process{}, false
+	}
+	if pl, ok := v.cgroups.(procLister); ok && st.Process.Alive() {
+		pids, err := pl.Procs(id)
+		if err != nil || !slices.Contains(pids, st.Process.PID) {
+			v.log.Warn("recorded vmm is not in the sandbox's cgroup; not adopting it", "sandbox_id", id, "vm_pid", st.Process.PID)
+			return st.Process, false
+		}
+	}
+	return st.Process, true
+}
+
+// kill stops the VMM recorded in dir, if it still runs, by its pidfd
+// (never a name): SIGKILL, then a bounded wait for its exit.
+func (v *vmms) kill(id, dir string) {
+	st, err := readVMState(dir)
+	if err != nil {
+		return
+	}
+	h, err := vmm.OpenProcess(st.Process)
+	if err != nil {
+		return // gone already
+	}
+	defer h.Close()
+	v.log.Warn("stopping a vmm that no running sandbox owns", "sandbox_id", id, "vm_pid", st.Process.PID)
+	_ = h.Signal(syscall.SIGKILL)
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		v.log.Error("vmm did not exit after SIGKILL", "sandbox_id", id, "vm_pid", st.Process.PID)
+	}
+	_ = os.Remove(filepath.Join(dir, vmStateFile))
+}
