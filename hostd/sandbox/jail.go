@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,7 +50,8 @@ type Owner struct {
 
 // UIDRange is the uids (and gids of the same numbers) that sandboxes' VMMs
 // get one each (`agentbox serve --vmm-uids FIRST-LAST`). No user or group of
-// the host may have one; each hostd on a host needs a range of its own.
+// the host may have one. Hostds may share a range: each uid is claimed on
+// the host (uidclaims.go).
 type UIDRange struct {
 	First, Last int
 }
@@ -82,10 +84,22 @@ type jail struct {
 	// taken maps the uids handed out to their sandbox directory; loaded
 	// lazily, and an entry whose directory is gone is free.
 	taken map[int]string
+	// claims makes each uid unique among the host's hostds (uidclaims.go).
+	claims uidClaims
+	log    *slog.Logger
 }
 
 func newJail(opts Options) (*jail, error) {
-	j := &jail{owner: opts.VMMOwner, uids: opts.VMMUIDs, dir: filepath.Join(opts.DataDir, "sandboxes")}
+	j := &jail{owner: opts.VMMOwner, uids: opts.VMMUIDs, dir: filepath.Join(opts.DataDir, "sandboxes"), log: opts.Logger}
+	if j.log == nil {
+		j.log = slog.Default()
+	}
+	if j.uids != nil {
+		j.claims.dir = opts.UIDClaims
+		if j.claims.dir == "" {
+			j.claims.dir = DefaultUIDClaims
+		}
+	}
 	switch {
 	case j.owner != nil && j.uids != nil:
 		return nil, errors.New("sandbox: VMMOwner and VMMUIDs are exclusive")
@@ -95,9 +109,9 @@ func newJail(opts Options) (*jail, error) {
 		if err := j.uids.Validate(); err != nil {
 			return nil, err
 		}
-		// Start where this data directory's hash says: two hostds that
-		// were given the same range (they should not be) are less likely
-		// to pick the same uids.
+		// Start where this data directory's hash says: two hostds given
+		// the same range then seldom try the same uids (the host-wide
+		// claims keep them apart when they do).
 		h := fnv.New32a()
 		h.Write([]byte(opts.DataDir))
 		j.next = j.uids.First + int(h.Sum32()%uint32(j.uids.Size()))
@@ -119,7 +133,7 @@ func (j *jail) claim(dir string) error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	u, err := j.pick()
+	u, err := j.pick(dir)
 	if err != nil {
 		return err
 	}
@@ -132,13 +146,15 @@ func (j *jail) claim(dir string) error {
 	return nil
 }
 
-// pick chooses the next VMM user. Call with mu held.
-func (j *jail) pick() (vmm.User, error) {
+// pick chooses the next VMM user for sandbox directory dir, a uid that no
+// sandbox of this hostd or of another on the host holds. Call with mu held.
+func (j *jail) pick(dir string) (vmm.User, error) {
 	if j.owner != nil {
 		return vmm.User{UID: j.owner.UID, GID: j.owner.GID}, nil
 	}
 	if j.taken == nil {
 		j.taken = scanTaken(j.dir)
+		j.claimTaken()
 	}
 	r := *j.uids
 	for range r.Size() {
@@ -152,9 +168,26 @@ func (j *jail) pick() (vmm.User, error) {
 			}
 			delete(j.taken, uid) // its sandbox is gone
 		}
-		return vmm.User{UID: uid, GID: uid}, nil
+		ok, err := j.claims.claim(uid, dir)
+		if err != nil {
+			return vmm.User{}, err
+		}
+		if ok {
+			return vmm.User{UID: uid, GID: uid}, nil
+		}
 	}
 	return vmm.User{}, fmt.Errorf("sandbox: every uid of the VMM range %d-%d is in use", r.First, r.Last)
+}
+
+// claimTaken claims on the host the uids this hostd's sandboxes hold
+// already (after a reboot cleared the claims, or from an older hostd); a
+// uid that another hostd's sandbox holds is logged, not taken away.
+func (j *jail) claimTaken() {
+	for uid, dir := range j.taken {
+		if ok, err := j.claims.claim(uid, dir); err != nil || !ok {
+			j.log.Warn("a vmm uid of this hostd is claimed by another sandbox on the host", "uid", uid, "dir", dir, "err", err)
+		}
+	}
 }
 
 // scanTaken reads the VMM users recorded under the sandboxes' directory.

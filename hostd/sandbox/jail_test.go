@@ -8,8 +8,15 @@ import (
 	"testing"
 )
 
-// newTestJail is a jail of uids first..last on a fresh data directory.
+// newTestJail is a jail of uids first..last on a fresh data directory,
+// claiming its uids in a claims directory of the test's.
 func newTestJail(t *testing.T, first, last int) (*jail, string) {
+	t.Helper()
+	return newTestJailIn(t, first, last, t.TempDir())
+}
+
+// newTestJailIn is newTestJail with the host's uid claims in claims.
+func newTestJailIn(t *testing.T, first, last int, claims string) (*jail, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("handing files to other users needs root")
@@ -18,7 +25,7 @@ func newTestJail(t *testing.T, first, last int) (*jail, string) {
 	if err := os.MkdirAll(filepath.Join(data, "sandboxes"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	j, err := newJail(Options{DataDir: data, VMMUIDs: &UIDRange{First: first, Last: last}})
+	j, err := newJail(Options{DataDir: data, VMMUIDs: &UIDRange{First: first, Last: last}, UIDClaims: claims})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +102,7 @@ func TestJailSeesUsersOfEarlierHostds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A new hostd on the same data directory.
-	j2, err := newJail(Options{DataDir: data, VMMUIDs: j.uids})
+	j2, err := newJail(Options{DataDir: data, VMMUIDs: j.uids, UIDClaims: j.claims.dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,5 +147,59 @@ func TestJailRefusesBadRanges(t *testing.T) {
 	}
 	if _, err := newJail(Options{DataDir: t.TempDir(), VMMUIDs: &UIDRange{1, 2}, VMMOwner: &Owner{1, 1}}); err == nil {
 		t.Error("a range and an owner accepted")
+	}
+}
+
+// TestJailUIDsUniqueOnTheHost: two hostds (data directories) given the same
+// range never hand out one uid twice; a uid is free again on the host once
+// its sandbox's directory is gone; claims lost with /run (a reboot) are
+// made again by the hostd whose sandboxes hold them.
+func TestJailUIDsUniqueOnTheHost(t *testing.T) {
+	claims := t.TempDir()
+	j1, data1 := newTestJailIn(t, 2000000100, 2000000101, claims)
+	j2, data2 := newTestJailIn(t, 2000000100, 2000000101, claims)
+	a, b := mkSandboxDir(t, data1, "a"), mkSandboxDir(t, data2, "b")
+	for _, c := range []struct {
+		j   *jail
+		dir string
+	}{{j1, a}, {j2, b}} {
+		if err := c.j.claim(c.dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ua, _ := runAsOf(a)
+	ub, _ := runAsOf(b)
+	if ua == nil || ub == nil || ua.UID == ub.UID {
+		t.Fatalf("two hostds on one range got %v and %v, want distinct uids", ua, ub)
+	}
+	c := mkSandboxDir(t, data2, "c")
+	if err := j2.claim(c); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("third claim on the host of a two-uid range: %v, want every uid in use", err)
+	}
+	if err := os.RemoveAll(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.claim(c); err != nil {
+		t.Fatal(err)
+	}
+	if uc, _ := runAsOf(c); uc.UID != ua.UID {
+		t.Errorf("got %v, want the uid %v freed by the other hostd", uc, ua)
+	}
+	// A reboot clears the claims; the next hostd on data2 claims its uids
+	// again before handing out any, so a third hostd cannot take them.
+	if err := os.RemoveAll(claims); err != nil {
+		t.Fatal(err)
+	}
+	j2b, err := newJail(Options{DataDir: data2, VMMUIDs: j2.uids, UIDClaims: claims})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mkSandboxDir(t, data2, "d")
+	if err := j2b.claim(d); err == nil {
+		t.Fatalf("claim with both uids held by data2's sandboxes: %v", err)
+	}
+	j3, data3 := newTestJailIn(t, 2000000100, 2000000101, claims)
+	if err := j3.claim(mkSandboxDir(t, data3, "e")); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a third hostd after the reboot: %v, want every uid in use", err)
 	}
 }

@@ -59,6 +59,9 @@ type Options struct {
 	// With neither the VMMs run as hostd's user (jail.go).
 	VMMUIDs  *UIDRange
 	VMMOwner *Owner
+	// UIDClaims is the directory where the host's hostds claim VMM uids
+	// (default DefaultUIDClaims; uidclaims.go).
+	UIDClaims string
 	// Cgroups, if set, gives each VMM process its own cgroup.
 	Cgroups Cgroups
 	// IdleCPU is the CPU use under which a sandbox is idle (default
