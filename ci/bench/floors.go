@@ -28,6 +28,9 @@ type floors struct {
 	// inMiBs and outMiBs are the raw channel's throughput (host → guest,
 	// guest → host).
 	inMiBs, outMiBs float64
+	// rtt is a one-byte round trip over the raw channel (p50): what any
+	// agent call costs at the least.
+	rtt time.Duration
 	// guestTrue is `true` spawned inside a product guest (benchGuestTrue).
 	guestTrue time.Duration
 }
@@ -100,6 +103,10 @@ func measureFloors(ctx context.Context, n int, p *progress) (floors, error) {
 	f.boot = pct(boots, 0.5)
 	p.step("floor: raw agent-channel stream")
 	if f.inMiBs, f.outMiBs, err = last.stream(64 << 20); err != nil {
+		return f, err
+	}
+	p.step("floor: raw agent-channel round trips")
+	if f.rtt, err = last.roundTrips(200); err != nil {
 		return f, err
 	}
 	p.step("floor: bare clone and restore")
@@ -250,6 +257,23 @@ func (b *bareVM) stream(size int64) (in, out float64, err error) {
 	return in, out, nil
 }
 
+// roundTrips is the p50 of n one-byte pings over the raw channel.
+func (b *bareVM) roundTrips(n int) (time.Duration, error) {
+	d := make([]time.Duration, 0, n)
+	var k [1]byte
+	for range n {
+		start := time.Now()
+		if _, err := b.conn.Write([]byte{'p'}); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(b.conn, k[:]); err != nil || k[0] != 'k' {
+			return 0, fmt.Errorf("ping: %q, %v", k[:], err)
+		}
+		d = append(d, time.Since(start))
+	}
+	return pct(d, 0.5), nil
+}
+
 // buildBareInit builds bareinit and packs it with the kernel's modules.
 func buildBareInit(ctx context.Context, dir string) (string, error) {
 	bin, out := filepath.Join(dir, "bareinit"), filepath.Join(dir, "bare.cpio.gz")
@@ -279,4 +303,5 @@ func (fl floors) addTo(t *table, boots int) {
 	t.dur("floor: bare restore (memory in the migration stream) → answers, p50 of 3", fl.restore, "", 0, "", "")
 	t.rate("floor: raw agent-channel stream host → guest", fl.inMiBs, "", 0, "", "virtio-serial, 64 MiB")
 	t.rate("floor: raw agent-channel stream guest → host", fl.outMiBs, "", 0, "", "virtio-serial, 64 MiB")
+	t.dur("floor: raw agent-channel round trip (1 byte), p50 of 200", fl.rtt, "", 0, "", "what any agent call costs at the least")
 }

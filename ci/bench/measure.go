@@ -93,6 +93,28 @@ func benchExec(ctx context.Context, e *env, sb client.Sandbox, n int) error {
 	p50, p99, l50 := pct(guest, 0.5), pct(guest, 0.99), pct(local, 0.5)
 	e.t.dur(fmt.Sprintf("exec `true` round trip (API), p50 of %d", n), p50, "`true` in the guest", floor, "≤ 1.3× floor", "p99 "+ms(p99))
 	e.t.dur("local fork/exec of `true` on the host, p50", l50, "", 0, "", "baseline, same run")
+	return execBreakdown(ctx, e, sb, n, p50)
+}
+
+// execBreakdown puts an exec's round trip beside one agent call through the
+// API (a stat: HTTP, the API, one ttrpc call and its answer) and the raw
+// channel's round trip, so that what an exec adds beyond one call and the
+// guest's own spawn of `true` shows.
+func execBreakdown(ctx context.Context, e *env, sb client.Sandbox, n int, exec50 time.Duration) error {
+	e.p.step(fmt.Sprintf("stat round trips (%d)", n))
+	var stat []time.Duration
+	for range n {
+		start := time.Now()
+		if _, err := e.c.Stat(ctx, sb.ID, "/"); err != nil {
+			return err
+		}
+		stat = append(stat, time.Since(start))
+	}
+	s50 := pct(stat, 0.5)
+	e.t.dur(fmt.Sprintf("  one agent call through the API (stat /), p50 of %d", n), s50, "raw channel round trip", e.fl.rtt, "", "p99 "+ms(pct(stat, 0.99)))
+	rest := exec50 - s50 - e.fl.guestTrue
+	e.t.dur("  exec beyond one agent call and the guest's spawn of `true`", rest, "", 0, "",
+		fmt.Sprintf("exec %s − stat %s − `true` in the guest %s", ms(exec50), ms(s50), ms(e.fl.guestTrue)))
 	return nil
 }
 
