@@ -109,10 +109,7 @@ func (s *server) WatchDir(w http.ResponseWriter, r *http.Request, id SandboxID, 
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
+	startNDJSON(w, rc)
 	if err := rc.Flush(); err != nil {
 		return
 	}

@@ -34,10 +34,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, req Creat
 		return
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a pull may take long
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
+	startNDJSON(w, rc) // no write deadline: a pull may take long
 	enc := json.NewEncoder(w)
 	send := func(ev TemplateBuildEvent) {
 		_ = enc.Encode(ev) // a client gone away ends the build through r's context
