@@ -270,6 +270,9 @@ func (v *VM) Stop(ctx context.Context) error {
 	if !v.proc.exited() {
 		err = v.end(ctx)
 	}
+	if v.proc.exited() {
+		v.finish() // Done is closed when Stop returns, not later by watch
+	}
 	return errors.Join(err, v.cleanup.run())
 }
 
