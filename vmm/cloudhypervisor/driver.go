@@ -6,7 +6,9 @@
 // The VMM runs with seccomp, with Landlock where the kernel has it (granting
 // only the sandbox's own paths), and with its event monitor writing to the
 // VM's directory. Snapshots belong to this backend: Snapshot marks them and
-// Restore refuses any other.
+// Restore refuses any other. The VMM outlives hostd: Release leaves it and
+// its sockets in place, and a later hostd's Adopt reconnects to it (see
+// adopt.go).
 package cloudhypervisor
 
 import (
@@ -178,14 +180,6 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
 // Restore launches cloud-hypervisor from a snapshot that Snapshot wrote into
 // dir. The VM starts paused. See RestoreWithNets for VMs with taps.
 // A VM with cfg.Net gets its new tap for the snapshot's network device.
-// Adopt is not supported by this backend yet (vmm.ErrUnsupported): a new
-// hostd stops the Cloud Hypervisor VMMs of its predecessor and marks their
-// sandboxes failed. Cloud Hypervisor's REST socket and hybrid vsock would
-// allow it; the missing part is rebuilding the VM's cleanup stack.
-func (d *Driver) Adopt(ctx context.Context, cfg vmm.Config, p vmm.Process) (vmm.VM, error) {
-	return nil, fmt.Errorf("cloudhypervisor: adopt %s: %w", cfg.ID, vmm.ErrUnsupported)
-}
-
 func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
 	var nets []NetFiles
 	if cfg.Net != nil {
@@ -309,12 +303,9 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := newRESTClient(p.api)
-	v := &VM{paths: p, api: api, proc: proc, log: d.log.With("sandbox_id", cfg.ID)}
-	v.cleanup.add(func() error { return removeAll(p.staging, p.restore, p.vsock) })
-	v.cleanup.add(func() error { api.Close(); return removeAll(p.api) })
+	v := newVM(p, newRESTClient(p.api), proc, d.log.With("sandbox_id", cfg.ID))
+	v.addCleanups()
 	v.log.Info("cloud-hypervisor started", "vm_pid", proc.pid(), "api_socket", p.api)
-	go v.watch()
 	// Before vm.create and vm.boot, or vm.restore: no guest runs yet.
 	if cfg.Started != nil {
 		if err := cfg.Started(proc.pid()); err != nil {
@@ -342,7 +333,7 @@ func (v *VM) waitReady(ctx context.Context) error {
 		select {
 		case <-v.proc.done:
 			t.Stop()
-			return fmt.Errorf("%w: cloud-hypervisor exited during start (%v): %s", vmm.ErrNotRunning, v.proc.err, logTail(v.paths.log))
+			return fmt.Errorf("%w: cloud-hypervisor exited before its API answered (%v): %s", vmm.ErrNotRunning, v.proc.err, logTail(v.paths.log))
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("cloudhypervisor: waiting for the API socket: %w (last error: %v)", ctx.Err(), err)

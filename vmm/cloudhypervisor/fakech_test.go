@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/vmm/cloudhypervisor/chapi"
+	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
 // This file is a stand-in for Cloud Hypervisor's REST API, built from the
@@ -80,6 +82,7 @@ type fakeOptions struct {
 	delay    map[string]time.Duration // endpoint → time to wait before answering
 	stubborn bool                     // answer vmm.shutdown but do not exit
 	guestUp  time.Duration            // how long after create/restore the guest starts answering vsock
+	agent    bool                     // a vmmtest.Guest serves the vsock ports, not an echo
 	onExit   func()                   // called after vmm.shutdown's answer is written
 	emit     func(fakeRecord)         // receives every record
 }
@@ -93,6 +96,7 @@ type fakeCH struct {
 	state  chapi.VmState
 	config map[string]json.RawMessage
 	vsock  net.Listener
+	guest  *vmmtest.Guest // with opts.agent, once a VM exists
 	conns  map[net.Conn]bool
 	closed bool
 }
@@ -181,6 +185,7 @@ func (f *fakeCH) serveConn(c *net.UnixConn) {
 			return
 		}
 		if exit && f.opts.onExit != nil {
+			f.closeGuest()
 			f.opts.onExit()
 		}
 	}
@@ -286,9 +291,17 @@ func (f *fakeCH) handle(endpoint string, body []byte, fds []int) answer {
 	case "vm.boot":
 		return f.transition(chapi.VmStateCreated, chapi.VmStateRunning, http.StatusNotFound, 0)
 	case "vm.pause":
-		return f.transition(chapi.VmStateRunning, chapi.VmStatePaused, http.StatusNotFound, http.StatusMethodNotAllowed)
+		a := f.transition(chapi.VmStateRunning, chapi.VmStatePaused, http.StatusNotFound, http.StatusMethodNotAllowed)
+		if f.guest != nil && f.state == chapi.VmStatePaused {
+			f.guest.Pause()
+		}
+		return a
 	case "vm.resume":
-		return f.transition(chapi.VmStatePaused, chapi.VmStateRunning, http.StatusNotFound, http.StatusMethodNotAllowed)
+		a := f.transition(chapi.VmStatePaused, chapi.VmStateRunning, http.StatusNotFound, http.StatusMethodNotAllowed)
+		if f.guest != nil && f.state == chapi.VmStateRunning {
+			f.guest.Resume()
+		}
+		return a
 	case "vm.shutdown":
 		if f.state == chapi.VmStatePaused {
 			return f.transition(chapi.VmStatePaused, chapi.VmStateShutdown, http.StatusNotFound, http.StatusMethodNotAllowed)
@@ -371,7 +384,9 @@ func (f *fakeCH) checkPaths(vc chapi.VmConfig) string {
 // guest whose agent echoes on channel.AgentPort: CONNECT to that port is
 // answered OK and the stream then echoes. Other ports, and every port until
 // opts.guestUp has passed, get their stream closed without an answer, as
-// CH does when the guest resets the connection or does not answer.
+// CH does when the guest resets the connection or does not answer. With
+// opts.agent, a vmmtest.Guest (paused for a restored VM) serves the ports
+// instead of the echo.
 func (f *fakeCH) listenVsock(vc chapi.VmConfig) answer {
 	if vc.Vsock == nil {
 		return ok()
@@ -381,6 +396,16 @@ func (f *fakeCH) listenVsock(vc chapi.VmConfig) answer {
 		return offSpec("vsock socket: " + err.Error())
 	}
 	f.vsock = l
+	if f.opts.agent {
+		g, err := vmmtest.NewGuest("fake", deref(vc.Payload.Cmdline), slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		if err != nil {
+			return offSpec("fake guest: " + err.Error())
+		}
+		if f.state == chapi.VmStatePaused {
+			g.Pause()
+		}
+		f.guest = g
+	}
 	upAt := time.Now().Add(f.opts.guestUp)
 	go func() {
 		for {
@@ -391,17 +416,53 @@ func (f *fakeCH) listenVsock(vc chapi.VmConfig) answer {
 			if !f.track(c) {
 				return
 			}
-			go func() {
-				defer c.Close()
-				port, cc, err := channel.Accept(c)
-				if err != nil || port != channel.AgentPort || time.Now().Before(upAt) || channel.Reply(cc, port, true) != nil {
-					return
-				}
-				_, _ = io.Copy(cc, cc)
-			}()
+			go f.serveVsock(c, upAt)
 		}
 	}()
 	return ok()
+}
+
+// serveVsock answers one hybrid vsock connection (see listenVsock).
+func (f *fakeCH) serveVsock(c net.Conn, upAt time.Time) {
+	defer c.Close()
+	port, cc, err := channel.Accept(c)
+	if err != nil || time.Now().Before(upAt) {
+		return
+	}
+	f.mu.Lock()
+	g := f.guest
+	f.mu.Unlock()
+	if g == nil {
+		if port == channel.AgentPort && channel.Reply(cc, port, true) == nil {
+			_, _ = io.Copy(cc, cc)
+		}
+		return
+	}
+	gc, err := g.Dial(context.Background(), port)
+	if err != nil {
+		return
+	}
+	defer gc.Close()
+	if channel.Reply(cc, port, true) != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(gc, cc); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(cc, gc); done <- struct{}{} }()
+	<-done // either end closed: close both
+}
+
+// closeGuest ends the fake guest, and the processes its agent started.
+func (f *fakeCH) closeGuest() {
+	f.mu.Lock()
+	g := f.guest
+	f.mu.Unlock()
+	if g == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = g.Close(ctx)
 }
 
 func (f *fakeCH) snapshot(body []byte) answer {

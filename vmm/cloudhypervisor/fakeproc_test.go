@@ -32,6 +32,7 @@ const (
 	envFakeMode   = "AGENTBOX_TEST_FAKE_MODE"    // "", "stubborn" or "exit"
 	envFakeFailOn = "AGENTBOX_TEST_FAKE_FAIL_ON" // endpoint=status
 	envFakeUpIn   = "AGENTBOX_TEST_FAKE_UP_IN"   // the guest answers vsock after this duration
+	envFakeGuest  = "AGENTBOX_TEST_FAKE_GUEST"   // "agent": a vmmtest.Guest serves vsock, not an echo
 )
 
 func TestMain(m *testing.M) {
@@ -80,6 +81,7 @@ func fakeProcessMain(args []string) int {
 	}
 	opts := fakeOptions{stubborn: mode == "stubborn", emit: emit, onExit: func() { os.Exit(0) }}
 	opts.guestUp, _ = time.ParseDuration(os.Getenv(envFakeUpIn))
+	opts.agent = os.Getenv(envFakeGuest) == "agent"
 	if ep, code, ok := strings.Cut(os.Getenv(envFakeFailOn), "="); ok {
 		var n int
 		fmt.Sscan(code, &n)
@@ -90,7 +92,18 @@ func fakeProcessMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "fake cloud-hypervisor:", err)
 		return 2
 	}
-	newFakeCH(s, opts).serve(l)
+	f := newFakeCH(s, opts)
+	if opts.agent && !opts.stubborn {
+		// A guest's processes end with its VMM: kill them on SIGTERM.
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() {
+			<-term
+			f.closeGuest()
+			os.Exit(143)
+		}()
+	}
+	f.serve(l)
 	return 0
 }
 

@@ -7,22 +7,28 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/vmm"
 )
 
-// process is one running cloud-hypervisor. Its exit is observed by a single
-// goroutine that calls cmd.Wait and then closes done.
+// process is one cloud-hypervisor process: a child that this hostd started
+// (startProcess), or one that an earlier hostd started, held by its pidfd
+// (adoptProcess). done is closed once it has exited; err is the exit error,
+// which only the parent sees (nil for an adopted process).
 type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // exit error; written before done is closed
+	id      vmm.Process
+	done    chan struct{}
+	err     error                      // written before done is closed
+	sig     func(syscall.Signal) error // an exited process is not an error
+	release func()                     // lets go of the process, which runs on
 }
 
 // startProcess runs bin with args, its stdout and stderr going to logPath.
 // The process is not tied to any context or to hostd: it lives until stop
-// (vmm.StartProcess).
+// (vmm.StartProcess), or past hostd once the VM is released for a later
+// Adopt.
 func startProcess(bin string, args, env []string, logPath string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -33,12 +39,19 @@ func startProcess(bin string, args, env []string, logPath string) (*process, err
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
-	// The VMM lifetime policy is vmm's (it outlives hostd; this backend
-	// cannot adopt it yet, so Release stops it).
 	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("cloudhypervisor: start %s: %w", bin, err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
+	id, _ := vmm.Identify(cmd.Process.Pid) // the child is not reaped yet
+	id.PID = cmd.Process.Pid
+	p := &process{id: id, done: make(chan struct{}), release: func() {}}
+	p.sig = func(sig syscall.Signal) error {
+		if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("cloudhypervisor: signal %v: %w", sig, err)
+		}
+		return nil
+	}
+	// A released child is still reaped here: nobody else can.
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -46,7 +59,58 @@ func startProcess(bin string, args, env []string, logPath string) (*process, err
 	return p, nil
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// reapWait bounds how long an adopted process's end waits for its parent
+// to reap it.
+const reapWait = 5 * time.Second
+
+// adoptProcess wraps h, a cloud-hypervisor of an earlier hostd. It is not
+// this process's child: done is closed once it has exited and its parent
+// (init, or a subreaper) has reaped it, or reapWait after the exit when
+// nobody does, so that a stopped VM's pid is gone as after a Stop of a
+// child. Its exit status is its parent's.
+func adoptProcess(h *vmm.Handle) *process {
+	released := make(chan struct{})
+	var once sync.Once
+	p := &process{id: h.Process(), done: make(chan struct{}), sig: h.Signal}
+	p.release = func() {
+		once.Do(func() { close(released) })
+		h.Close()
+	}
+	go func() {
+		defer close(p.done)
+		<-h.Done()
+		select {
+		case <-released:
+			return // the handle was closed, the process runs on
+		default:
+		}
+		waitReaped(p.id, reapWait)
+	}()
+	return p
+}
+
+// waitReaped polls until no process has id any more (a zombie still has
+// it), for at most d.
+func waitReaped(id vmm.Process, d time.Duration) {
+	deadline := time.Now().Add(d)
+	delay := time.Millisecond
+	for !reaped(id) && time.Now().Before(deadline) {
+		time.Sleep(delay)
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// reaped reports whether id's process is gone, zombie included: its pid
+// names no process, or another one.
+func reaped(id vmm.Process) bool {
+	if err := syscall.Kill(id.PID, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	now, err := vmm.Identify(id.PID)
+	return err == nil && now.StartTime != id.StartTime
+}
+
+func (p *process) pid() int { return p.id.PID }
 
 func (p *process) exited() bool {
 	select {
@@ -57,13 +121,8 @@ func (p *process) exited() bool {
 	}
 }
 
-// signal sends sig unless the process has already been reaped.
-func (p *process) signal(sig os.Signal) error {
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("cloudhypervisor: signal %v: %w", sig, err)
-	}
-	return nil
-}
+// signal sends sig unless the process has already exited.
+func (p *process) signal(sig syscall.Signal) error { return p.sig(sig) }
 
 // waitFor reports whether the process exited within d, cut short by ctx.
 func (p *process) waitFor(ctx context.Context, d time.Duration) bool {

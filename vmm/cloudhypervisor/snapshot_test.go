@@ -241,7 +241,7 @@ func (a *snapshotAPI) Snapshot(_ context.Context, destURL string) error {
 
 func TestVMSnapshot(t *testing.T) {
 	newVM := func(api apiClient) *VM {
-		return &VM{api: api, paths: pathsFor(t.TempDir()), proc: &process{done: make(chan struct{})}, log: slog.New(slog.DiscardHandler)}
+		return newVM(pathsFor(t.TempDir()), api, &process{done: make(chan struct{})}, slog.New(slog.DiscardHandler))
 	}
 	t.Run("moves the files and marks the dir", func(t *testing.T) {
 		api := &snapshotAPI{}
@@ -288,6 +288,7 @@ func TestVMSnapshot(t *testing.T) {
 	t.Run("exited VM", func(t *testing.T) {
 		v := newVM(&snapshotAPI{})
 		close(v.proc.done)
+		<-v.Done()
 		if err := v.Snapshot(context.Background(), t.TempDir()); !errors.Is(err, vmm.ErrNotRunning) {
 			t.Fatalf("got %v, want vmm.ErrNotRunning", err)
 		}

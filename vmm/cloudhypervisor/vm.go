@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,7 +42,8 @@ const (
 	killWait  = 5 * time.Second // after SIGKILL, even when ctx has ended
 )
 
-// VM is one cloud-hypervisor process running one guest.
+// VM is one cloud-hypervisor process running one guest: one this hostd
+// launched, or one it adopted (Driver.Adopt).
 type VM struct {
 	paths   vmPaths
 	api     apiClient
@@ -49,25 +51,61 @@ type VM struct {
 	log     *slog.Logger
 	cleanup cleanup
 	guestUp atomic.Bool // a stream of this VM has been answered
+
+	done     chan struct{} // the process exited, or the VM was released
+	doneOnce sync.Once
+	life     sync.Mutex // serialises Stop and Release
+	released atomic.Bool
+	mu       sync.Mutex
+	streams  map[*stream]bool // open Dial streams, closed by Release
 }
 
 var _ vmm.VM = (*VM)(nil)
 
+// newVM is the VM of proc, whose API socket api serves, and starts
+// watching its exit.
+func newVM(paths vmPaths, api apiClient, proc *process, log *slog.Logger) *VM {
+	v := &VM{paths: paths, api: api, proc: proc, log: log, done: make(chan struct{}), streams: map[*stream]bool{}}
+	go v.watch()
+	return v
+}
+
+// errReleased is what Wait returns after Release.
+var errReleased = errors.New("cloudhypervisor: vm released to a later hostd")
+
 // PID is the cloud-hypervisor process id.
 func (v *VM) PID() int { return v.proc.pid() }
 
-// Done is closed once the process has exited.
-func (v *VM) Done() <-chan struct{} { return v.proc.done }
+// Done is closed once the process has exited, or the VM was released.
+func (v *VM) Done() <-chan struct{} { return v.done }
 
-// Wait blocks until the process exits or ctx ends.
+// Wait blocks until the process exits or ctx ends. For an adopted VM it
+// returns nil: the exit status is the process's parent's.
 func (v *VM) Wait(ctx context.Context) error {
 	select {
-	case <-v.proc.done:
+	case <-v.done:
+		if v.released.Load() {
+			return errReleased
+		}
 		return v.proc.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
+
+// gone reports whether the VM can take no more calls: its process has
+// exited or it was released.
+func (v *VM) gone() bool {
+	select {
+	case <-v.done:
+		return true
+	default:
+		return v.released.Load()
+	}
+}
+
+// finish closes done, once.
+func (v *VM) finish() { v.doneOnce.Do(func() { close(v.done) }) }
 
 // errNoAnswer is a stream that Cloud Hypervisor closed before answering
 // CONNECT: the guest sent a reset or did not answer in time.
@@ -85,14 +123,14 @@ var errNoAnswer = errors.New("cloudhypervisor: the guest closed the stream")
 func (v *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	delay := 10 * time.Millisecond
 	for {
-		if v.proc.exited() {
+		if v.gone() {
 			return nil, vmm.ErrNotRunning
 		}
 		c, err := v.dialOnce(ctx, port)
 		switch {
 		case err == nil:
 			v.guestUp.Store(true)
-			return c, nil
+			return v.track(c)
 		case !errors.Is(err, errNoAnswer):
 			return nil, err
 		case v.guestUp.Load():
@@ -103,7 +141,7 @@ func (v *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("cloudhypervisor: vsock port %d: the guest never answered: %w", port, ctx.Err())
-		case <-v.proc.done:
+		case <-v.done:
 			t.Stop()
 		case <-t.C:
 		}
@@ -145,7 +183,7 @@ func (v *VM) Pause(ctx context.Context) error { return v.do(ctx, actPause) }
 func (v *VM) Resume(ctx context.Context) error { return v.do(ctx, actResume) }
 
 func (v *VM) do(ctx context.Context, a action) error {
-	if v.proc.exited() {
+	if v.gone() {
 		return vmm.ErrNotRunning
 	}
 	return v.api.Do(ctx, a)
@@ -158,7 +196,7 @@ func (v *VM) do(ctx context.Context, a action) error {
 // directory, which its Landlock rules allow, and the files are then renamed
 // into dir.
 func (v *VM) Snapshot(ctx context.Context, dir string) error {
-	if v.proc.exited() {
+	if v.gone() {
 		return vmm.ErrNotRunning
 	}
 	if err := checkEmptyDir(dir); err != nil {
@@ -182,7 +220,7 @@ func (v *VM) Snapshot(ctx context.Context, dir string) error {
 
 // Info returns Cloud Hypervisor's view of the VM (vm.info).
 func (v *VM) Info(ctx context.Context) (chapi.VmInfo, error) {
-	if v.proc.exited() {
+	if v.gone() {
 		return chapi.VmInfo{}, vmm.ErrNotRunning
 	}
 	return v.api.Info(ctx)
@@ -190,7 +228,7 @@ func (v *VM) Info(ctx context.Context) (chapi.VmInfo, error) {
 
 // Counters returns the per-device counters (vm.counters).
 func (v *VM) Counters(ctx context.Context) (chapi.VmCounters, error) {
-	if v.proc.exited() {
+	if v.gone() {
 		return nil, vmm.ErrNotRunning
 	}
 	return v.api.Counters(ctx)
@@ -210,7 +248,7 @@ func (v *VM) AddNet(ctx context.Context, id, mac string, tap *os.File) error {
 }
 
 func (v *VM) addNet(ctx context.Context, cfg chapi.NetConfig, tap *os.File) error {
-	if v.proc.exited() {
+	if v.gone() {
 		return vmm.ErrNotRunning
 	}
 	_, err := v.api.AddNet(ctx, cfg, []*os.File{tap})
@@ -219,11 +257,21 @@ func (v *VM) addNet(ctx context.Context, cfg chapi.NetConfig, tap *os.File) erro
 
 // Stop ends the VM: vm.shutdown and vmm.shutdown through the API, then
 // SIGTERM, then SIGKILL, each phase cut short when ctx ends. It returns once
-// the process has exited and the VM's sockets are gone.
+// the process has exited (an adopted one: and its parent has reaped it, or
+// a bounded wait for that has passed) and the VM's sockets are gone. Stop
+// of a released VM does nothing: the VMM is a later hostd's.
 func (v *VM) Stop(ctx context.Context) error {
+	v.life.Lock()
+	defer v.life.Unlock()
+	if v.released.Load() {
+		return nil
+	}
 	var err error
 	if !v.proc.exited() {
 		err = v.end(ctx)
+	}
+	if v.proc.exited() {
+		v.finish() // Done is closed when Stop returns, not later by watch
 	}
 	return errors.Join(err, v.cleanup.run())
 }
@@ -282,28 +330,18 @@ func (v *VM) abort(ctx context.Context, cause error) error {
 	return errors.Join(cause, err, v.cleanup.run())
 }
 
-// watch logs the process's exit.
+// watch logs the process's exit and closes done.
 func (v *VM) watch() {
 	<-v.proc.done
-	v.log.Info("cloud-hypervisor exited", "vm_pid", v.PID(), "err", v.proc.err)
+	if !v.released.Load() {
+		v.log.Info("cloud-hypervisor exited", "vm_pid", v.PID(), "err", v.proc.err)
+	}
+	v.finish()
 }
 
 // fileURL is the file:// URL of an absolute path as Cloud Hypervisor reads
 // it: it strips the prefix and decodes nothing, so the path is not escaped.
 func fileURL(path string) string { return "file://" + path }
 
-// Process identifies the cloud-hypervisor process.
-func (v *VM) Process() vmm.Process {
-	p, _ := vmm.Identify(v.PID())
-	p.PID = v.PID()
-	return p
-}
-
-// Release ends the VM, as Stop does: this backend cannot adopt a VMM of an
-// earlier hostd (Driver.Adopt is vmm.ErrUnsupported), so one left running
-// would only be reaped by the next hostd.
-func (v *VM) Release() error {
-	ctx, cancel := context.WithTimeout(context.Background(), apiGrace+termGrace+killWait)
-	defer cancel()
-	return v.Stop(ctx)
-}
+// Process identifies the cloud-hypervisor process for a later Adopt.
+func (v *VM) Process() vmm.Process { return v.proc.id }
