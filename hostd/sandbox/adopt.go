@@ -75,8 +75,9 @@ type netReattacher interface {
 }
 
 // readopt makes running sandbox rec, whose VMM p outlived the previous
-// hostd, live again: its cgroup, the VMM (Driver.Adopt: QMP, then the
-// agent channel), its network's proxy listeners, then what adopt arms for every
+// hostd, live again: its cgroup, the VMM (Driver.Adopt: its control
+// socket, QMP or Cloud Hypervisor's REST API, then the agent channel), its
+// network's proxy listeners, then what adopt arms for every
 // running sandbox (TTL from its creation, idle detection, meters, the
 // flight recorder, the console cap) and its mounts. On error the VMM runs
 // on; the caller stops it.
