@@ -253,17 +253,8 @@ func TestHostdRestart(t *testing.T) {
 	if out.String() != want.String() {
 		t.Errorf("output across the restart: %d bytes, want %d (lost or repeated output)", out.Len(), want.Len())
 	}
-	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	var signal string
-	err = h2.c.Attach(tctx, sb.ID, timed, 0, func(ev client.Event) error {
-		if ev.ExitCode != nil && ev.Signal != nil {
-			signal = *ev.Signal
-		}
-		return nil
-	})
-	cancel()
-	if err != nil || signal != "SIGKILL" {
-		t.Errorf("the exec under a 15 s timeout set before the restart: signal %q, %v; want killed (SIGKILL) by the next hostd", signal, err)
+	if sig := execSignal(t, h2.c, sb.ID, timed); sig != "SIGKILL" {
+		t.Errorf("the exec under a 15 s timeout set before the restart: signal %q; want killed (SIGKILL) by the next hostd", sig)
 	}
 	if _, status, _ := curl(t, h2.c, sb.ID, "--resolve", "denied.test:80:10.0.0.1", "http://denied.test/"); status != "403" {
 		t.Errorf("the proxy after the restart: denied.test got %s, want 403", status)
@@ -273,6 +264,25 @@ func TestHostdRestart(t *testing.T) {
 	h5 := startChild(t, data, "")
 	fork := checkSigterm(t, h5, data, sb.ID)
 	checkCleanups(t, data, sb.ID, fork)
+}
+
+// execSignal attaches to exec execID of sandbox id until it ends (at most
+// 3 minutes) and returns the signal that ended it ("" for none).
+func execSignal(t *testing.T, c *client.Client, id, execID string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var signal string
+	err := c.Attach(ctx, id, execID, 0, func(ev client.Event) error {
+		if ev.ExitCode != nil && ev.Signal != nil {
+			signal = *ev.Signal
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("attach to %s: %v", execID, err)
+	}
+	return signal
 }
 
 // checkSigterm forks id (the one more VM this test runs), then stops hostd
@@ -404,6 +414,7 @@ type faultStep struct {
 func checkFaults(t *testing.T, data, id string) {
 	var sessions int
 	var snaps int
+	var pausedExec string
 	rows := []faultStep{
 		{step: "exec:started", state: "running",
 			op: func(ctx context.Context, c *client.Client, id string) error {
@@ -478,7 +489,14 @@ func checkFaults(t *testing.T, data, id string) {
 			}},
 		{step: "pause:saved", state: "paused",
 			op: func(ctx context.Context, c *client.Client, id string) error {
-				_, err := c.Pause(ctx, id)
+				// An exec whose timeout falls due while the sandbox is
+				// paused and its hostds die (checked at resume:forgotten).
+				x, err := c.ExecBackground(ctx, id, client.ExecRequest{Cmd: []string{"sleep", "600"}, TimeoutS: 20})
+				if err != nil {
+					t.Errorf("the exec before the pause: %v", err)
+				}
+				pausedExec = x
+				_, err = c.Pause(ctx, id)
 				return err
 			}},
 		{step: "resume:restored", state: "paused",
@@ -497,6 +515,9 @@ func checkFaults(t *testing.T, data, id string) {
 				}
 				if list, _ := c.ListSnapshots(context.Background()); len(list) != snaps {
 					t.Errorf("snapshots: %d, want %d", len(list), snaps)
+				}
+				if sig := execSignal(t, c, id, pausedExec); sig != "SIGKILL" {
+					t.Errorf("the exec under a 20 s timeout, paused across three hostds: signal %q; want killed (SIGKILL)", sig)
 				}
 			}},
 	}
