@@ -100,7 +100,12 @@ func cycle(ctx context.Context, c *client.Client, id string, pauses, resumes *[]
 // run1 runs script with sh -c and returns its stdout; a non-zero exit is an
 // error.
 func run1(ctx context.Context, c *client.Client, id, script string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	return runFor(ctx, c, id, script, opTimeout)
+}
+
+// runFor is run1 bounded by d instead of opTimeout.
+func runFor(ctx context.Context, c *client.Client, id, script string, d time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: []string{"sh", "-c", script}})
 	if err != nil {
