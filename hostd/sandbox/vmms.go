@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -91,21 +92,56 @@ func (v *vmms) recorded(id, dir string) (vmm.Process, bool) {
 // kill stops the VMM recorded in dir, if it still runs, by its pidfd
 // (never a name): SIGKILL, then a bounded wait for its exit.
 func (v *vmms) kill(id, dir string) {
-	st, err := readVMState(dir)
-	if err != nil {
-		return
+	procs := unrecordedIn(dir)
+	if st, err := readVMState(dir); err == nil {
+		procs = append([]vmm.Process{st.Process}, procs...)
 	}
-	h, err := vmm.OpenProcess(st.Process)
+	for _, p := range procs {
+		v.killProcess(id, p)
+	}
+	_ = os.Remove(filepath.Join(dir, vmStateFile))
+}
+
+// killProcess sends SIGKILL to p by its pidfd and waits (bounded) for its
+// exit; a process gone already is left.
+func (v *vmms) killProcess(id string, p vmm.Process) {
+	h, err := vmm.OpenProcess(p)
 	if err != nil {
 		return // gone already
 	}
 	defer h.Close()
-	v.log.Warn("stopping a vmm that no running sandbox owns", "sandbox_id", id, "vm_pid", st.Process.PID)
+	v.log.Warn("stopping a vmm that no running sandbox owns", "sandbox_id", id, "vm_pid", p.PID)
 	_ = h.Signal(syscall.SIGKILL)
 	select {
 	case <-h.Done():
 	case <-time.After(10 * time.Second):
-		v.log.Error("vmm did not exit after SIGKILL", "sandbox_id", id, "vm_pid", st.Process.PID)
+		v.log.Error("vmm did not exit after SIGKILL", "sandbox_id", id, "vm_pid", p.PID)
 	}
-	_ = os.Remove(filepath.Join(dir, vmStateFile))
+}
+
+// unrecordedIn finds the processes that work in sandbox directory dir (a
+// VMM runs there, and a jailed one is chrooted there): a VMM that a hostd
+// killed between its spawn and the record of its identity (cfg.Started)
+// is found by where hostd started it, never by its name.
+func unrecordedIn(dir string) []vmm.Process {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []vmm.Process
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cwd, _ := os.Readlink("/proc/" + e.Name() + "/cwd")
+		root, _ := os.Readlink("/proc/" + e.Name() + "/root")
+		if cwd != dir && root != dir {
+			continue
+		}
+		if p, err := vmm.Identify(pid); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
