@@ -92,11 +92,11 @@ func (v *vmms) recorded(id, dir string) (vmm.Process, bool) {
 // kill stops the VMM recorded in dir, if it still runs, by its pidfd
 // (never a name): SIGKILL, then a bounded wait for its exit.
 func (v *vmms) kill(id, dir string) {
-	procs := unrecordedIn(dir)
 	if st, err := readVMState(dir); err == nil {
-		procs = append([]vmm.Process{st.Process}, procs...)
+		v.killProcess(id, st.Process)
 	}
-	for _, p := range procs {
+	// After the recorded one has exited, so that it is not found twice.
+	for _, p := range unrecordedIn(dir) {
 		v.killProcess(id, p)
 	}
 	_ = os.Remove(filepath.Join(dir, vmStateFile))
