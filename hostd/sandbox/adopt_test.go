@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,83 @@ func waitExecEnds(t *testing.T, st *store.Store, id string, ids ...string) map[s
 	}
 	t.Fatalf("end events of %v: got %d after a minute", ids, len(ends))
 	return nil
+}
+
+// TestReadoptKeepsTTLAndMeters: the TTL of a sandbox re-adopted after a
+// hostd restart still ends it in the next manager (deleted, or paused for
+// on_timeout "pause"), and the re-adopted sandbox's usage meters go on
+// counting its agent traffic.
+func TestReadoptKeepsTTLAndMeters(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	// 3 s: the TTLs must not end before the Release (checked below).
+	deleted := e.create(CreateOptions{TimeoutS: 3})
+	paused := e.create(CreateOptions{TimeoutS: 3, Limits: Limits{OnTimeout: OnTimeoutPause}})
+	metered := e.create(CreateOptions{})
+	if out, _ := e.run(metered.ID, "echo before"); out != "before\n" {
+		t.Fatalf("exec before the restart: got %q", out)
+	}
+	if err := e.m.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	for _, id := range []string{deleted.ID, paused.ID} {
+		if r, err := e.st.GetSandbox(ctx, id); err != nil || State(r.State) != StateRunning {
+			t.Fatalf("sandbox %s at the release: got %+v, %v; want running (its TTL must end in the next manager)", id, r, err)
+		}
+	}
+	m2, err := New(e.m.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, id := range []string{paused.ID, metered.ID} {
+			if err := m2.Delete(ctx, id); err != nil {
+				t.Errorf("delete %s: %v", id, err)
+			}
+		}
+		if err := m2.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m2.Get(ctx, metered.ID); got.State != StateRunning {
+		t.Fatalf("metered sandbox after the restart: got %s (%s), want running", got.State, got.Error)
+	}
+
+	before, err := m2.Usage(ctx, metered.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = m2.Service().Exec(ctx, metered.ID, ExecRequest{Cmd: []string{"echo", "after"}}, func(ev ExecEvent) error { out.Write(ev.Data); return nil })
+	if err != nil || out.String() != "after\n" {
+		t.Fatalf("exec after the restart: got %q, %v", out.String(), err)
+	}
+	after, err := m2.Usage(ctx, metered.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.BytesIn <= before.BytesIn || after.BytesOut <= before.BytesOut {
+		t.Errorf("usage across an exec in the re-adopted sandbox: bytes in %d -> %d, out %d -> %d; want both to grow",
+			before.BytesIn, after.BytesIn, before.BytesOut, after.BytesOut)
+	}
+	if after.DiskUsedBytes <= 0 {
+		t.Errorf("disk used by the re-adopted sandbox: got %d, want its overlay's size", after.DiskUsedBytes)
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, errDel := m2.Get(ctx, deleted.ID)
+		got, errPause := m2.Get(ctx, paused.ID)
+		if errors.Is(errDel, ErrNotFound) && errPause == nil && got.State == StatePaused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TTLs after the restart, 30 s on: the on_timeout=delete sandbox: %v (want not found); the on_timeout=pause one: %s, %v (want paused)",
+				errDel, got.State, errPause)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
