@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -18,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"log/slog"
-
 	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/client"
@@ -28,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/hostd/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
@@ -50,47 +47,23 @@ type hostileEnv struct {
 
 func newHostileEnv(t *testing.T) *hostileEnv {
 	t.Helper()
-	qemuImg, err := exec.LookPath("qemu-img")
-	if err != nil {
-		t.Skip("qemu-img is needed for overlays (Debian's qemu-utils)")
-	}
-	ctx := context.Background()
-	data := t.TempDir()
-	base := filepath.Join(data, "base.qcow2")
-	if out, err := exec.Command(qemuImg, "create", "-q", "-f", "qcow2", base, "64M").CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img: %v: %s", err, out)
-	}
-	kernel := filepath.Join(data, "vmlinux")
-	if err := os.WriteFile(kernel, []byte("the fake driver boots nothing"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, filepath.Join(data, "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	rec := recorder.New(recorder.Options{Store: st, Logger: log})
-	d := vmmtest.NewFakeDriver(vmmtest.FakeOptions{})
-	m, err := sandbox.New(sandbox.Options{Driver: d, Store: st, DataDir: data, Kernel: kernel, BaseImage: base,
-		BootTimeout: 20 * time.Second, Logger: log, Recorder: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.New(api.Options{Manager: m.Service(), Auth: auth.New(apitest.NewKeys(auth.Hash(hostileKey))),
+	var rec *recorder.Recorder
+	e := sandboxtest.New(t, func(o *sandbox.Options) {
+		rec = recorder.New(recorder.Options{Store: o.Store.(*store.Store), Logger: o.Logger})
+		o.Recorder = rec
+	})
+	log := e.Opts.Logger
+	srv := httptest.NewServer(api.New(api.Options{Manager: e.M.Service(), Auth: auth.New(apitest.NewKeys(auth.Hash(hostileKey))),
 		Health: func() api.HealthInfo { return api.HealthInfo{VMM: "fake"} }, Logger: log, Events: rec}))
 	t.Cleanup(func() {
 		srv.Close()
-		m.Close(context.Background())
-		st.Close()
+		e.M.Close(context.Background())
 	})
 	c, err := client.New(srv.URL, hostileKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hostileEnv{d: d, c: c}
+	return &hostileEnv{d: e.D, c: c}
 }
 
 func (h *hostileEnv) create(t *testing.T) (client.Sandbox, *vmmtest.FakeVM) {
