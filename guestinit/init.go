@@ -108,13 +108,17 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 		return fmt.Errorf("ttrpc server: %w", err)
 	}
 	var watcher *watch.Watcher // set before the server starts; Flush is nil-safe
-	exec := agent.NewExec(sp, log, agent.BeforeExit(func() { watcher.Flush() }))
+	ring := watch.NewRing(1)
+	if watchFiles {
+		ring = watch.NewRing(watch.RingSize)
+	}
+	exec := agent.NewExec(sp, log, agent.BeforeExit(func() { watcher.Flush() }), agent.EventsHead(ring.Head))
 	agent.Register(srv, exec, agent.NewFiles(), agent.NewSystem(booted))
 	var events *watch.Service
 	if watchFiles {
-		watcher, events = startWatch(log, exec)
+		watcher, events = startWatch(log, exec, ring)
 	} else {
-		events = watch.NewService(watch.NewRing(1), "the host turned file events off (agentbox.watch=off)")
+		events = watch.NewService(ring, "the host turned file events off (agentbox.watch=off)")
 	}
 	agentv1.RegisterEventsService(srv, events)
 	router := NewRouter(log)
@@ -154,8 +158,7 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 // startWatch starts the file watcher (the flight recorder) on the guest's
 // writable filesystems. Without fanotify the Events service still answers,
 // with the reason in watch_error.
-func startWatch(log *slog.Logger, sessions watch.Sessions) (*watch.Watcher, *watch.Service) {
-	ring := watch.NewRing(watch.RingSize)
+func startWatch(log *slog.Logger, sessions watch.Sessions, ring *watch.Ring) (*watch.Watcher, *watch.Service) {
 	w, err := watch.New(watch.Config{
 		Paths:     watch.WritableMounts("/proc/self/mounts", watch.DefaultIgnore),
 		IgnorePID: os.Getpid(),

@@ -20,6 +20,10 @@ type Summary struct {
 	Exit           Exit
 	Started, Ended time.Time
 	Stdout, Stderr StreamSummary
+	// EventsHead is the guest event ring's head at the exit, after the
+	// command's file events were flushed (HasEventsHead: the guest said).
+	EventsHead    uint64
+	HasEventsHead bool
 }
 
 // Summary waits up to wait for session id to exit and describes it.
@@ -32,6 +36,9 @@ func (c *Client) Summary(ctx context.Context, id string, wait time.Duration) (Su
 		Started: time.Unix(0, r.StartedUnixNano), Stdout: streamSummary(r.Stdout), Stderr: streamSummary(r.Stderr)}
 	if r.EndedUnixNano != 0 {
 		s.Ended = time.Unix(0, r.EndedUnixNano)
+	}
+	if r.EventsHead != nil && r.Exited {
+		s.EventsHead, s.HasEventsHead = *r.EventsHead, true
 	}
 	return s, nil
 }

@@ -81,6 +81,9 @@ type Exec struct {
 	// beforeExit runs after a process has exited and its output is
 	// drained, before the session is marked exited (see BeforeExit).
 	beforeExit func()
+	// eventsHead, when set, gives the guest event ring's head, stored in
+	// each session at its exit (see EventsHead).
+	eventsHead func() uint64
 	// etc holds the passwd and group files users are resolved from.
 	etc string
 
@@ -99,6 +102,13 @@ type ExecOption func(*Exec)
 // event of the command already recorded.
 func BeforeExit(f func()) ExecOption {
 	return func(e *Exec) { e.beforeExit = f }
+}
+
+// EventsHead sets where a session's exit reads the guest event ring's
+// head, after BeforeExit: Summary reports it, so that a host whose reader
+// is past it knows it holds every event of the command.
+func EventsHead(f func() uint64) ExecOption {
+	return func(e *Exec) { e.eventsHead = f }
 }
 
 // UserFiles sets the directory of the passwd and group files that a
@@ -130,7 +140,10 @@ type session struct {
 	mu     sync.Mutex
 	ended  time.Time
 	status ExitStatus
-	done   chan struct{}
+	// eventsHead is the event ring's head at the exit (hasHead: known).
+	eventsHead uint64
+	hasHead    bool
+	done       chan struct{}
 }
 
 func (s *session) exited() (ExitStatus, bool) {
@@ -370,8 +383,13 @@ func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
 	if e.beforeExit != nil {
 		e.beforeExit()
 	}
+	var head uint64
+	if e.eventsHead != nil {
+		head = e.eventsHead()
+	}
 	s.mu.Lock()
 	s.status, s.ended = st, time.Now()
+	s.eventsHead, s.hasHead = head, e.eventsHead != nil
 	s.mu.Unlock()
 	s.out.close()
 	close(s.done)

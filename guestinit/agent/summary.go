@@ -95,6 +95,10 @@ func (e *Exec) Summary(ctx context.Context, req *agentv1.SummaryRequest) (*agent
 	if !s.ended.IsZero() {
 		resp.Exited, resp.ExitCode, resp.Signal = true, int32(s.status.Code), signalName(s.status.Signal)
 		resp.EndedUnixNano = s.ended.UnixNano()
+		if s.hasHead {
+			head := s.eventsHead
+			resp.EventsHead = &head
+		}
 	}
 	s.mu.Unlock()
 	resp.Stdout, resp.Stderr = s.out.summaries()

@@ -99,6 +99,19 @@ func (f *flight) pollGuest(b *box, g *guestCursor) {
 	}
 }
 
+// caughtUp reports whether sandbox id's reader has recorded every guest
+// event up to seq head, so an exit that the guest says came at head needs
+// no pull. A new reader (not placed yet) or one that is off has not.
+func (f *flight) caughtUp(id string, head uint64) bool {
+	if f.r == nil {
+		return true
+	}
+	g := f.cursorOf(id)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.off && g.after != math.MaxUint64 && head <= g.after
+}
+
 // drainGuest records every guest event already in the ring.
 func (f *flight) drainGuest(ctx context.Context, b *box) {
 	if f.r == nil {

@@ -206,7 +206,9 @@ func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 		}
 		switch {
 		case err == nil && sum.Exited:
-			f.drainGuest(ctx, b)
+			if !sum.HasEventsHead || !f.caughtUp(b.id, sum.EventsHead) {
+				f.drainGuest(ctx, b)
+			}
 			f.execEnded(b.id, execID, t, sum, "")
 			return
 		case errors.Is(err, agentclient.ErrNoSession):

@@ -916,8 +916,13 @@ type SessionSummary struct {
 	EndedUnixNano   int64                  `protobuf:"varint,5,opt,name=ended_unix_nano,json=endedUnixNano,proto3" json:"ended_unix_nano,omitempty"`
 	Stdout          *StreamSummary         `protobuf:"bytes,6,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr          *StreamSummary         `protobuf:"bytes,7,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// events_head is the seq of the newest guest event (Events.Next) when
+	// the session exited, after its file events were flushed; unset while it
+	// runs, or when the guest keeps no events. A host whose reader is already
+	// past it need not pull before recording the exit.
+	EventsHead    *uint64 `protobuf:"varint,8,opt,name=events_head,json=eventsHead,proto3,oneof" json:"events_head,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionSummary) Reset() {
@@ -997,6 +1002,13 @@ func (x *SessionSummary) GetStderr() *StreamSummary {
 		return x.Stderr
 	}
 	return nil
+}
+
+func (x *SessionSummary) GetEventsHead() uint64 {
+	if x != nil && x.EventsHead != nil {
+		return *x.EventsHead
+	}
+	return 0
 }
 
 type ResizeRequest struct {
@@ -2646,7 +2658,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x04tail\x18\x02 \x01(\fR\x04tail\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
 	"totalBytes\x12\x16\n" +
-	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"\xa5\x02\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"\xdb\x02\n" +
 	"\x0eSessionSummary\x12\x16\n" +
 	"\x06exited\x18\x01 \x01(\bR\x06exited\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -2654,7 +2666,10 @@ const file_agent_proto_rawDesc = "" +
 	"\x11started_unix_nano\x18\x04 \x01(\x03R\x0fstartedUnixNano\x12&\n" +
 	"\x0fended_unix_nano\x18\x05 \x01(\x03R\rendedUnixNano\x128\n" +
 	"\x06stdout\x18\x06 \x01(\v2 .agentbox.agent.v1.StreamSummaryR\x06stdout\x128\n" +
-	"\x06stderr\x18\a \x01(\v2 .agentbox.agent.v1.StreamSummaryR\x06stderr\"G\n" +
+	"\x06stderr\x18\a \x01(\v2 .agentbox.agent.v1.StreamSummaryR\x06stderr\x12$\n" +
+	"\vevents_head\x18\b \x01(\x04H\x00R\n" +
+	"eventsHead\x88\x01\x01B\x0e\n" +
+	"\f_events_head\"G\n" +
 	"\rResizeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
@@ -2934,6 +2949,7 @@ func file_agent_proto_init() {
 	if File_agent_proto != nil {
 		return
 	}
+	file_agent_proto_msgTypes[12].OneofWrappers = []any{}
 	file_agent_proto_msgTypes[37].OneofWrappers = []any{
 		(*GuestEvent_File)(nil),
 		(*GuestEvent_Package)(nil),
