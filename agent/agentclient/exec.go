@@ -17,6 +17,9 @@ const pollWait = 5000
 
 // Command is one process to start.
 type Command struct {
+	// ID, if set, names the session (see agentv1.StartRequest.id): the
+	// caller then knows it even when the answer is lost.
+	ID    string
 	Argv  []string
 	Shell string
 	Env   map[string]string
@@ -46,18 +49,68 @@ type Exit struct {
 
 // Start launches cmd and returns its session id.
 func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
-	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin,
-		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols, User: cmd.User})
+	r, err := c.start(ctx, cmd, 0, false)
 	if err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
-			return "", fmt.Errorf("%w: %s", ErrStart, st.Message())
-		}
-		return "", fromStatus(err)
-	}
-	if err := checkID(r.Id); err != nil {
 		return "", err
 	}
 	return r.Id, nil
+}
+
+// Started is a session that StartWait launched, with what it had written
+// and whether it had exited by the time the guest answered.
+type Started struct {
+	ID string
+	// Output is the session's first output, from offset 0; Next is where
+	// a Follow goes on.
+	Output []Output
+	Next   uint64
+	Exited bool
+	Exit   Exit
+	// Summary is set when the session had exited and a summary was asked
+	// for (and the agent gives one: an older agent waits for nothing).
+	Summary *Summary
+}
+
+// StartWait launches cmd (which must not keep stdin open, nor run on a
+// terminal) and waits up to wait for its first output or its exit, in the
+// same call: a short command costs one round trip. With summary, the
+// answer holds the session's summary once it has exited.
+func (c *Client) StartWait(ctx context.Context, cmd Command, wait time.Duration, summary bool) (Started, error) {
+	if cmd.Stdin || cmd.Tty {
+		return Started{}, fmt.Errorf("%w: StartWait with stdin or a terminal", ErrStart)
+	}
+	wait = min(wait, pollWait*time.Millisecond)
+	r, err := c.start(withWait(ctx, wait), cmd, wait, summary)
+	if err != nil {
+		return Started{}, err
+	}
+	st := Started{ID: r.Id}
+	if o := r.Output; o != nil {
+		for _, ch := range o.Chunks {
+			st.Output = append(st.Output, Output{Stderr: ch.Kind == agentv1.OutputKind_OUTPUT_KIND_STDERR, Data: ch.Data, Offset: ch.Offset})
+		}
+		st.Next, st.Exited, st.Exit = o.NextOffset, o.Exited, Exit{Code: int(o.ExitCode), Signal: o.Signal}
+		if o.Exited && summary && r.Summary != nil && r.Summary.Exited {
+			sum := summaryOf(r.Summary)
+			st.Summary = &sum
+		}
+	}
+	return st, nil
+}
+
+func (c *Client) start(ctx context.Context, cmd Command, wait time.Duration, summary bool) (*agentv1.StartResponse, error) {
+	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Id: cmd.ID, Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin,
+		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols, User: cmd.User, WaitMs: uint32(wait / time.Millisecond), Summary: summary})
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
+			return nil, fmt.Errorf("%w: %s", ErrStart, st.Message())
+		}
+		return nil, fromStatus(err)
+	}
+	if err := checkID(r.Id); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Follow reads session id's output from offset, calling emit for each piece

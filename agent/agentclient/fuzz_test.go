@@ -126,6 +126,13 @@ var calls = []func(ctx context.Context, t *testing.T, c *agentclient.Client) err
 		_, err := c.Start(ctx, agentclient.Command{Argv: []string{"true"}})
 		return err
 	},
+	func(ctx context.Context, t *testing.T, c *agentclient.Client) error {
+		st, err := c.StartWait(ctx, agentclient.Command{ID: "s1", Argv: []string{"true"}}, time.Millisecond, true)
+		if err == nil && st.Summary != nil && !st.Exited {
+			t.Fatal("StartWait gave a summary without the exit")
+		}
+		return err
+	},
 }
 
 // runCall runs calls[which] against a guest that answers with answer and

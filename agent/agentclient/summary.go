@@ -32,6 +32,11 @@ func (c *Client) Summary(ctx context.Context, id string, wait time.Duration) (Su
 	if err != nil {
 		return Summary{}, c.sessionErr(id, err)
 	}
+	return summaryOf(r), nil
+}
+
+// summaryOf converts (and bounds) the guest's summary.
+func summaryOf(r *agentv1.SessionSummary) Summary {
 	s := Summary{Exited: r.Exited, Exit: Exit{Code: int(r.ExitCode), Signal: r.Signal},
 		Started: time.Unix(0, r.StartedUnixNano), Stdout: streamSummary(r.Stdout), Stderr: streamSummary(r.Stderr)}
 	if r.EndedUnixNano != 0 {
@@ -40,7 +45,7 @@ func (c *Client) Summary(ctx context.Context, id string, wait time.Duration) (Su
 	if r.EventsHead != nil && r.Exited {
 		s.EventsHead, s.HasEventsHead = *r.EventsHead, true
 	}
-	return s, nil
+	return s
 }
 
 func streamSummary(p *agentv1.StreamSummary) StreamSummary {

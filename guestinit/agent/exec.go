@@ -89,6 +89,7 @@ type Exec struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	starting map[string]bool // ids reserved by starts in progress
 }
 
 var _ agentv1.ExecService = (*Exec)(nil)
@@ -158,7 +159,16 @@ func (e *Exec) Start(ctx context.Context, req *agentv1.StartRequest) (*agentv1.S
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &agentv1.StartResponse{Id: s.id, Pid: int32(s.pid)}, nil
+	resp := &agentv1.StartResponse{Id: s.id, Pid: int32(s.pid)}
+	if req.WaitMs > 0 && !req.Stdin && !req.Tty {
+		wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxReadWait)
+		res := s.out.readToEnd(0, maxReadBytes, wait, ctx.Done())
+		resp.Output = s.readResponse(res)
+		if resp.Output.Exited && req.Summary {
+			resp.Summary = s.summary()
+		}
+	}
+	return resp, nil
 }
 
 func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
@@ -169,6 +179,12 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, fmt.Errorf("%w: empty command", errBadArgs)
 	}
+	id := req.Id
+	if id == "" {
+		id = newID()
+	} else if err := checkSessionID(id); err != nil {
+		return nil, err
+	}
 	u, err := resolveUser(req.User, e.etc)
 	if err != nil {
 		return nil, err
@@ -177,7 +193,7 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{id: newID(), argv: argv, out: newOutputLog(logCapacity), started: time.Now(), done: make(chan struct{})}
+	s := &session{id: id, argv: argv, out: newOutputLog(logCapacity), started: time.Now(), done: make(chan struct{})}
 	var pipes *pipeSet
 	if req.Tty {
 		pipes, err = attachPTY(cmd, s, req.Rows, req.Cols)
@@ -188,12 +204,18 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 		return nil, err
 	}
 	applyUser(cmd, u, req.Env, req.Cwd != "")
+	if !e.reserve(id) {
+		pipes.closeChildEnds()
+		pipes.closeParentEnds()
+		return nil, fmt.Errorf("%w: session %q exists", errBadArgs, id)
+	}
 	release := intoExecCgroup(cmd)
 	exit, err := e.spawner.Spawn(cmd)
 	release()
 	pipes.closeChildEnds()
 	if err != nil {
 		pipes.closeParentEnds()
+		e.unreserve(id)
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	s.pid = cmd.Process.Pid
@@ -410,9 +432,43 @@ func pump(wg *sync.WaitGroup, r io.Reader, out *outputLog, kind agentv1.OutputKi
 	}
 }
 
+// reserve claims session id for a start in progress (false: in use).
+func (e *Exec) reserve(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.sessions[id]; ok || e.starting[id] {
+		return false
+	}
+	if e.starting == nil {
+		e.starting = map[string]bool{}
+	}
+	e.starting[id] = true
+	return true
+}
+
+func (e *Exec) unreserve(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.starting, id)
+}
+
+// checkSessionID checks a session id the host chose: up to 64 letters,
+// digits, '-' or '_'.
+func checkSessionID(id string) error {
+	ok := len(id) <= 64
+	for _, r := range id {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}
+	if !ok {
+		return fmt.Errorf("%w: bad session id %q", errBadArgs, id)
+	}
+	return nil
+}
+
 func (e *Exec) add(s *session) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.starting, s.id)
 	e.sessions[s.id] = s
 	if len(e.sessions) <= maxSessions {
 		return
@@ -449,14 +505,22 @@ func (e *Exec) Read(ctx context.Context, req *agentv1.ReadOutputRequest) (*agent
 	if max <= 0 || max > maxReadBytes {
 		max = maxReadBytes
 	}
-	wait := min(time.Duration(req.WaitMs)*time.Millisecond, maxReadWait)
-	res := s.out.read(req.Offset, max, wait, ctx.Done())
+	return s.readOutput(ctx, req.Offset, max, time.Duration(req.WaitMs)*time.Millisecond), nil
+}
+
+// readOutput reads up to max bytes of s's output from offset, waiting up to
+// wait (at most maxReadWait) for some, or for the exit.
+func (s *session) readOutput(ctx context.Context, offset uint64, max int, wait time.Duration) *agentv1.ReadOutputResponse {
+	return s.readResponse(s.out.read(offset, max, min(wait, maxReadWait), ctx.Done()))
+}
+
+func (s *session) readResponse(res readResult) *agentv1.ReadOutputResponse {
 	resp := &agentv1.ReadOutputResponse{Chunks: res.chunks, NextOffset: res.next, Lost: res.lost}
 	if res.eof {
 		st, _ := s.exited()
 		resp.Exited, resp.ExitCode, resp.Signal = true, int32(st.Code), signalName(st.Signal)
 	}
-	return resp, nil
+	return resp
 }
 
 // WriteStdin writes to or closes a process's stdin.

@@ -134,6 +134,34 @@ func (l *outputLog) read(offset uint64, max int, wait time.Duration, done <-chan
 	return l.collect(offset, max)
 }
 
+// readToEnd is read for a caller who wants the whole output: it waits up
+// to wait until the output has ended or holds max bytes from offset, then
+// returns what there is. It registers the caller as the attached reader,
+// so nothing it waits for is dropped.
+func (l *outputLog) readToEnd(offset uint64, max int, wait time.Duration, done <-chan struct{}) readResult {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.readPos, l.readAt = offset, l.now()
+	l.broadcast()
+	for !l.closed && l.end < offset+uint64(max) {
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			l.mu.Lock()
+			return l.collect(offset, max)
+		case <-done:
+			l.mu.Lock()
+			return l.collect(offset, max)
+		}
+		l.mu.Lock()
+	}
+	return l.collect(offset, max)
+}
+
 // collect gathers records from offset. Call with mu held.
 func (l *outputLog) collect(offset uint64, max int) readResult {
 	var res readResult

@@ -90,6 +90,11 @@ func (e *Exec) Summary(ctx context.Context, req *agentv1.SummaryRequest) (*agent
 		case <-ctx.Done():
 		}
 	}
+	return s.summary(), nil
+}
+
+// summary describes s as it is now.
+func (s *session) summary() *agentv1.SessionSummary {
 	resp := &agentv1.SessionSummary{StartedUnixNano: s.started.UnixNano()}
 	s.mu.Lock()
 	if !s.ended.IsZero() {
@@ -102,5 +107,5 @@ func (e *Exec) Summary(ctx context.Context, req *agentv1.SummaryRequest) (*agent
 	}
 	s.mu.Unlock()
 	resp.Stdout, resp.Stderr = s.out.summaries()
-	return resp, nil
+	return resp
 }

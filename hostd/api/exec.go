@@ -49,6 +49,7 @@ func (s *server) ExecCommand(w http.ResponseWriter, r *http.Request, id SandboxI
 		s.execStream(w, r, id, sreq)
 		return
 	}
+	sreq.Collect = true
 	s.execCollect(w, r, id, sreq)
 }
 

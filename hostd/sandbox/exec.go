@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,35 +33,46 @@ func (x *Execs) Exec(ctx context.Context, id string, req ExecRequest, emit func(
 	defer x.m.opts.Metrics.Since("exec", time.Now())
 	ctx, cancel := b.bind(ctx)
 	defer cancel()
-	c, execID, err := x.start(ctx, b, req)
+	c, st, err := x.start(ctx, b, req, req.Collect && req.Stdin == nil && !req.Tty)
 	if err != nil {
 		return err
 	}
-	if err := emit(ExecEvent{Type: EventStart, ExecID: execID}); err != nil {
+	if err := emit(ExecEvent{Type: EventStart, ExecID: st.ID}); err != nil {
 		return err
 	}
-	return x.follow(ctx, b, c, execID, 0, emit)
+	for _, o := range st.Output {
+		if err := emit(outputEvent(o)); err != nil {
+			return err
+		}
+	}
+	if st.Exited {
+		return x.exited(ctx, b, st.ID, st.Exit, emit)
+	}
+	return x.follow(ctx, b, c, st.ID, st.Next, emit)
 }
 
-// start launches req in the guest and feeds it its stdin, if any.
-func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclient.Client, string, error) {
+// start launches req in the guest and feeds it its stdin, if any. With
+// wait (no stdin, no terminal), the guest answers with the first output or
+// the exit, and the exit's summary for the flight recorder.
+func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (*agentclient.Client, agentclient.Started, error) {
+	var none agentclient.Started
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return nil, "", fmt.Errorf("%w: cmd is empty", ErrInvalid)
+		return nil, none, fmt.Errorf("%w: cmd is empty", ErrInvalid)
 	}
 	if req.Cwd != "" {
 		if err := CheckPath(req.Cwd); err != nil {
-			return nil, "", err
+			return nil, none, err
 		}
 	}
 	if err := CheckUser(req.User); err != nil {
-		return nil, "", err
+		return nil, none, err
 	}
 	if req.Rows < 0 || req.Cols < 0 || req.Rows > 0xffff || req.Cols > 0xffff {
-		return nil, "", fmt.Errorf("%w: bad terminal size %dx%d", ErrInvalid, req.Rows, req.Cols)
+		return nil, none, fmt.Errorf("%w: bad terminal size %dx%d", ErrInvalid, req.Rows, req.Cols)
 	}
 	rec, err := x.m.opts.Store.GetSandbox(ctx, b.id)
 	if err != nil {
-		return nil, "", err
+		return nil, none, err
 	}
 	env := maps.Clone(rec.Env)
 	if env == nil {
@@ -68,7 +81,7 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 	maps.Copy(env, req.Env)
 	c, err := b.client(ctx)
 	if err != nil {
-		return nil, "", b.streamErr(err)
+		return nil, none, b.streamErr(err)
 	}
 	cwd := req.Cwd
 	if cwd == "" {
@@ -78,47 +91,99 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest) (*agentclien
 	if user == "" {
 		user = b.user
 	}
-	execID, err := c.Start(ctx, agentclient.Command{Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil,
-		Tty: req.Tty, Rows: uint32(req.Rows), Cols: uint32(req.Cols), User: user})
-	if err != nil {
-		if errors.Is(err, agentclient.ErrStart) {
-			return nil, "", fmt.Errorf("%w: %v", ErrExecStart, err)
-		}
-		return nil, "", b.streamErr(err)
-	}
-	fault.Point("exec:started")
+	cmd := agentclient.Command{ID: newExecID(), Argv: req.Cmd, Env: env, Cwd: cwd, Stdin: req.Stdin != nil,
+		Tty: req.Tty, Rows: uint32(req.Rows), Cols: uint32(req.Cols), User: user}
 	timeoutS := req.TimeoutS
 	if timeoutS == 0 {
 		timeoutS = b.limits.ExecTimeoutS
 	}
-	x.m.rec.execStarted(ctx, b, execStart{argv: req.Cmd, cwd: cwd, env: env, tty: req.Tty, id: execID, timeoutS: timeoutS})
-	x.m.timeouts.arm(b.id, execID, time.Duration(timeoutS)*time.Second)
+	st, err := x.launch(ctx, b, c, cmd, timeoutS, wait)
+	if err != nil {
+		return nil, none, err
+	}
 	if req.Stdin != nil {
 		// A terminal's stdin stays open: closing it would send EOF (^D).
-		if err := c.WriteStdin(ctx, execID, req.Stdin, !req.Tty); err != nil {
-			return nil, "", b.streamErr(err)
+		if err := c.WriteStdin(ctx, st.ID, req.Stdin, !req.Tty); err != nil {
+			return nil, none, b.streamErr(err)
 		}
 	}
-	return c, execID, nil
+	return c, st, nil
+}
+
+// launch starts cmd (with wait, and waits for its output up to the exit in
+// the same call) and records it: its start in the flight recorder, its end
+// too when the guest answered with it, and its timeout, counted from the
+// call. A start whose answer was lost (the channel closed, ctx ended) is
+// recorded all the same, under the id the host chose: the command may run.
+func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd agentclient.Command, timeoutS int, wait bool) (agentclient.Started, error) {
+	timeout := time.Duration(timeoutS) * time.Second
+	began := time.Now()
+	var st agentclient.Started
+	var err error
+	if wait {
+		w := startWait
+		if timeout > 0 {
+			w = min(w, timeout)
+		}
+		st, err = c.StartWait(ctx, cmd, w, x.m.rec.on())
+	} else {
+		st.ID, err = c.Start(ctx, cmd)
+	}
+	if errors.Is(err, agentclient.ErrStart) {
+		return st, fmt.Errorf("%w: %v", ErrExecStart, err)
+	}
+	rctx := ctx
+	if err != nil {
+		st, rctx = agentclient.Started{ID: cmd.ID}, context.WithoutCancel(ctx)
+	} else {
+		fault.Point("exec:started")
+	}
+	x.m.rec.execStarted(rctx, b, execStart{argv: cmd.Argv, cwd: cmd.Cwd, env: cmd.Env, tty: cmd.Tty, id: st.ID, timeoutS: timeoutS,
+		ended: st.Summary})
+	if !st.Exited && timeout > 0 {
+		x.m.timeouts.arm(b.id, st.ID, max(timeout-time.Since(began), time.Millisecond))
+	}
+	if err != nil {
+		return st, b.streamErr(err)
+	}
+	return st, nil
+}
+
+// newExecID is a new exec session id (the host's choice, see launch).
+func newExecID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // follow emits session execID's output from offset, then its exit.
 func (x *Execs) follow(ctx context.Context, b *box, c *agentclient.Client, execID string, offset uint64, emit func(ExecEvent) error) error {
-	exit, err := c.Follow(ctx, execID, offset, func(o agentclient.Output) error {
-		t := EventStdout
-		if o.Stderr {
-			t = EventStderr
-		}
-		return emit(ExecEvent{Type: t, Data: o.Data, Offset: o.Offset})
-	})
+	exit, err := c.Follow(ctx, execID, offset, func(o agentclient.Output) error { return emit(outputEvent(o)) })
 	if errors.Is(err, agentclient.ErrNoSession) {
 		return fmt.Errorf("%w: exec %s", ErrNotFound, execID)
 	}
 	if err != nil {
 		return b.streamErr(err)
 	}
+	return x.exited(ctx, b, execID, exit, emit)
+}
+
+// exited emits session execID's exit once the flight recorder holds its end.
+func (x *Execs) exited(ctx context.Context, b *box, execID string, exit agentclient.Exit, emit func(ExecEvent) error) error {
 	x.m.rec.waitEnd(ctx, b.id, execID)
 	return emit(ExecEvent{Type: EventExit, ExitCode: exit.Code, Signal: exit.Signal})
+}
+
+// startWait is how long a collected exec's start waits in the guest for
+// the first output or the exit (Follow goes on after it).
+const startWait = 5 * time.Second
+
+func outputEvent(o agentclient.Output) ExecEvent {
+	t := EventStdout
+	if o.Stderr {
+		t = EventStderr
+	}
+	return ExecEvent{Type: t, Data: o.Data, Offset: o.Offset}
 }
 
 // Signal sends sig to a running command's process group.

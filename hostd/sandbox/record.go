@@ -175,7 +175,13 @@ type execStart struct {
 	tty      bool
 	id       string
 	timeoutS int
+	// ended is the exit's summary when the guest answered the start with
+	// it (a command that was over by then).
+	ended *agentclient.Summary
 }
+
+// on reports whether a log is kept.
+func (f *flight) on() bool { return f.r != nil }
 
 // execStarted records an exec's start and waits for its end in the
 // background.
@@ -189,7 +195,21 @@ func (f *flight) execStarted(ctx context.Context, b *box, x execStart) {
 		Started: t.started.UTC(), TimeoutS: max(x.timeoutS, 0)}
 	f.reg.get(b.id).rec.add(x.id, t)
 	f.r.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
+	if x.ended != nil {
+		f.exited(ctx, b, x.id, t, *x.ended)
+		return
+	}
 	f.spawn(func() { f.awaitExec(b, x.id, t) })
+}
+
+// exited records the end of session execID, which sum says has exited,
+// after every guest event it caused (none left to pull when the guest's
+// event head at the exit is one the reader has passed).
+func (f *flight) exited(ctx context.Context, b *box, execID string, t *execTrack, sum agentclient.Summary) {
+	if !sum.HasEventsHead || !f.caughtUp(b.id, sum.EventsHead) {
+		f.drainGuest(ctx, b)
+	}
+	f.execEnded(b.id, execID, t, sum, "")
 }
 
 // awaitExec waits for session execID of b to exit, then records its end
@@ -206,10 +226,7 @@ func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 		}
 		switch {
 		case err == nil && sum.Exited:
-			if !sum.HasEventsHead || !f.caughtUp(b.id, sum.EventsHead) {
-				f.drainGuest(ctx, b)
-			}
-			f.execEnded(b.id, execID, t, sum, "")
+			f.exited(ctx, b, execID, t, sum)
 			return
 		case errors.Is(err, agentclient.ErrNoSession):
 			f.execEnded(b.id, execID, t, sum, "the guest no longer has the session")

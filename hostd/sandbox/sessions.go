@@ -31,8 +31,8 @@ func (x *Execs) StartExec(ctx context.Context, id string, req ExecRequest) (stri
 	if err != nil {
 		return "", err
 	}
-	_, execID, err := x.start(ctx, b, req)
-	return execID, err
+	_, st, err := x.start(ctx, b, req, false)
+	return st.ID, err
 }
 
 // Attach emits session execID's output from offset (a position in its

@@ -214,6 +214,10 @@ type ExecRequest struct {
 	// resolved in the guest) instead of the sandbox's default user (its
 	// template's, else root).
 	User string
+	// Collect says the caller wants the result, not the events as they
+	// come: Exec may then start the command and wait for its first output
+	// or exit in one call to the guest, so the start event can come late.
+	Collect bool
 }
 
 // EventType names an exec output event.

@@ -198,7 +198,20 @@ type StartRequest struct {
 	// groups and HOME from its own /etc/passwd and /etc/group (a uid absent
 	// from them runs with gid 0 and HOME /, as Docker does); an unknown name
 	// fails the start.
-	User          string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`
+	// wait_ms, if set, makes Start wait up to wait_ms (at most Read's longest
+	// wait) for the process's first output or its exit, and answer with them
+	// in output, as a Read from offset 0 would: a short command is started,
+	// run and collected in one call. Ignored with stdin or tty, whose process
+	// may wait for the host.
+	WaitMs uint32 `protobuf:"varint,10,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// summary, with wait_ms, adds the session's summary to an answer that
+	// holds its exit.
+	Summary bool `protobuf:"varint,11,opt,name=summary,proto3" json:"summary,omitempty"`
+	// id, if set, names the session (letters, digits, '-', '_'; at most 64):
+	// the host's choice, so that it knows the session even when the answer
+	// is lost. An id in use fails the start.
+	Id            string `protobuf:"bytes,12,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,10 +309,35 @@ func (x *StartRequest) GetUser() string {
 	return ""
 }
 
+func (x *StartRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *StartRequest) GetSummary() bool {
+	if x != nil {
+		return x.Summary
+	}
+	return false
+}
+
+func (x *StartRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type StartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pid           int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pid   int32                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	// output is set when the request asked to wait (wait_ms).
+	Output *ReadOutputResponse `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// summary is set when it was asked for and output holds the exit.
+	Summary       *SessionSummary `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -346,6 +384,20 @@ func (x *StartResponse) GetPid() int32 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *StartResponse) GetOutput() *ReadOutputResponse {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *StartResponse) GetSummary() *SessionSummary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
 }
 
 type ReadOutputRequest struct {
@@ -2599,7 +2651,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vErrnoDetail\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\fR\x04path\"\xa2\x02\n" +
+	"\x04path\x18\x03 \x01(\fR\x04path\"\xe5\x02\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12:\n" +
@@ -2609,13 +2661,19 @@ const file_agent_proto_rawDesc = "" +
 	"\x03tty\x18\x06 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\a \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\b \x01(\rR\x04cols\x12\x12\n" +
-	"\x04user\x18\t \x01(\tR\x04user\x1a6\n" +
+	"\x04user\x18\t \x01(\tR\x04user\x12\x17\n" +
+	"\await_ms\x18\n" +
+	" \x01(\rR\x06waitMs\x12\x18\n" +
+	"\asummary\x18\v \x01(\bR\asummary\x12\x0e\n" +
+	"\x02id\x18\f \x01(\tR\x02id\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +
 	"\rStartResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
-	"\x03pid\x18\x02 \x01(\x05R\x03pid\"q\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12=\n" +
+	"\x06output\x18\x03 \x01(\v2%.agentbox.agent.v1.ReadOutputResponseR\x06output\x12;\n" +
+	"\asummary\x18\x04 \x01(\v2!.agentbox.agent.v1.SessionSummaryR\asummary\"q\n" +
 	"\x11ReadOutputRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1b\n" +
@@ -2873,75 +2931,77 @@ var file_agent_proto_goTypes = []any{
 }
 var file_agent_proto_depIdxs = []int32{
 	41, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
-	0,  // 1: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
-	6,  // 2: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
-	12, // 3: agentbox.agent.v1.SessionSummary.stdout:type_name -> agentbox.agent.v1.StreamSummary
-	12, // 4: agentbox.agent.v1.SessionSummary.stderr:type_name -> agentbox.agent.v1.StreamSummary
-	10, // 5: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
-	25, // 6: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
-	25, // 7: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
-	38, // 8: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
-	39, // 9: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
-	40, // 10: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
-	3,  // 11: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
-	5,  // 12: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
-	8,  // 13: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
-	9,  // 14: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
-	1,  // 15: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
-	14, // 16: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
-	11, // 17: agentbox.agent.v1.Exec.Summary:input_type -> agentbox.agent.v1.SummaryRequest
-	23, // 18: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
-	18, // 19: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
-	20, // 20: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
-	21, // 21: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
-	16, // 22: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
-	16, // 23: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
-	23, // 24: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
-	24, // 25: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.ListRequest
-	27, // 26: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
-	28, // 27: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
-	29, // 28: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	30, // 29: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
-	23, // 30: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
-	1,  // 31: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	33, // 32: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	34, // 33: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	35, // 34: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 35: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 36: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	36, // 37: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
-	4,  // 38: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 39: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 40: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 41: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	15, // 42: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	1,  // 43: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
-	13, // 44: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
-	17, // 45: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	19, // 46: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	17, // 47: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 48: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	22, // 49: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 50: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	25, // 51: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	26, // 52: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 53: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 54: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 55: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	1,  // 56: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
-	31, // 57: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
-	32, // 58: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 59: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 60: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 61: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 62: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 63: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	37, // 64: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
-	38, // [38:65] is the sub-list for method output_type
-	11, // [11:38] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 1: agentbox.agent.v1.StartResponse.output:type_name -> agentbox.agent.v1.ReadOutputResponse
+	13, // 2: agentbox.agent.v1.StartResponse.summary:type_name -> agentbox.agent.v1.SessionSummary
+	0,  // 3: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
+	6,  // 4: agentbox.agent.v1.ReadOutputResponse.chunks:type_name -> agentbox.agent.v1.OutputChunk
+	12, // 5: agentbox.agent.v1.SessionSummary.stdout:type_name -> agentbox.agent.v1.StreamSummary
+	12, // 6: agentbox.agent.v1.SessionSummary.stderr:type_name -> agentbox.agent.v1.StreamSummary
+	10, // 7: agentbox.agent.v1.ListSessionsResponse.sessions:type_name -> agentbox.agent.v1.Session
+	25, // 8: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
+	25, // 9: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
+	38, // 10: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
+	39, // 11: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
+	40, // 12: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
+	3,  // 13: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
+	5,  // 14: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
+	8,  // 15: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
+	9,  // 16: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
+	1,  // 17: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
+	14, // 18: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
+	11, // 19: agentbox.agent.v1.Exec.Summary:input_type -> agentbox.agent.v1.SummaryRequest
+	23, // 20: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
+	18, // 21: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
+	20, // 22: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
+	21, // 23: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
+	16, // 24: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
+	16, // 25: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
+	23, // 26: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
+	24, // 27: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.ListRequest
+	27, // 28: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
+	28, // 29: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
+	29, // 30: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
+	30, // 31: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
+	23, // 32: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
+	1,  // 33: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	33, // 34: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	34, // 35: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	35, // 36: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 37: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 38: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	36, // 39: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	4,  // 40: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 41: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 42: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 43: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	15, // 44: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 45: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	13, // 46: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
+	17, // 47: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	19, // 48: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	17, // 49: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 50: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	22, // 51: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 52: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	25, // 53: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	26, // 54: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 55: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 56: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 57: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	1,  // 58: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
+	31, // 59: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
+	32, // 60: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 61: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 62: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 63: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 64: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 65: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	37, // 66: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	40, // [40:67] is the sub-list for method output_type
+	13, // [13:40] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
