@@ -121,18 +121,7 @@ func TestServeLeavesSandboxesRunning(t *testing.T) {
 			t.Errorf("sandbox %s's record after the stop: got %+v, %v; want running", id, r, err)
 		}
 	}
-	m2, err := sandbox.New(e.Opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m2.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	if err := m2.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m2 := sandboxtest.Reopen(t, e.Opts)
 	for _, id := range ids {
 		if got, err := m2.Get(ctx, id); err != nil || got.State != sandbox.StateRunning {
 			t.Errorf("sandbox %s in the next manager: got %s (%s), %v; want re-adopted, running", id, got.State, got.Error, err)

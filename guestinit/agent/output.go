@@ -111,27 +111,7 @@ type readResult struct {
 // read returns up to max bytes from offset, waiting up to wait for data.
 // It registers the caller as the attached reader.
 func (l *outputLog) read(offset uint64, max int, wait time.Duration, done <-chan struct{}) readResult {
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.readPos, l.readAt = offset, l.now()
-	l.broadcast()
-	for offset >= l.end && !l.closed {
-		ch := l.changed
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			l.mu.Lock()
-			return readResult{next: offset}
-		case <-done:
-			l.mu.Lock()
-			return readResult{next: offset}
-		}
-		l.mu.Lock()
-	}
-	return l.collect(offset, max)
+	return l.await(offset, max, wait, done, func() bool { return offset >= l.end })
 }
 
 // readToEnd is read for a caller who wants the whole output: it waits up
@@ -139,13 +119,20 @@ func (l *outputLog) read(offset uint64, max int, wait time.Duration, done <-chan
 // returns what there is. It registers the caller as the attached reader,
 // so nothing it waits for is dropped.
 func (l *outputLog) readToEnd(offset uint64, max int, wait time.Duration, done <-chan struct{}) readResult {
+	return l.await(offset, max, wait, done, func() bool { return l.end < offset+uint64(max) })
+}
+
+// await registers the reader at offset, waits up to wait (or until done)
+// while the log is open and more (called with mu held) says so, then
+// collects.
+func (l *outputLog) await(offset uint64, max int, wait time.Duration, done <-chan struct{}, more func() bool) readResult {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.readPos, l.readAt = offset, l.now()
 	l.broadcast()
-	for !l.closed && l.end < offset+uint64(max) {
+	for !l.closed && more() {
 		ch := l.changed
 		l.mu.Unlock()
 		select {

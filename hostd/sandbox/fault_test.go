@@ -179,18 +179,7 @@ func TestDeleteTornDownFault(t *testing.T) {
 	d := vmmtest.NewFakeDriver(vmmtest.FakeOptions{})
 	opts := e.Opts
 	opts.Driver = d
-	m2, err := sandbox.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m2.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	if err := m2.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m2 := sandboxtest.Reopen(t, opts)
 	got, err := m2.Get(ctx, id)
 	if err != nil || got.State != sandbox.StateFailed || !strings.Contains(got.Error, "stopping") {
 		t.Errorf("sandbox after the restart: got %s %q, %v; want failed, caught stopping", got.State, got.Error, err)

@@ -97,3 +97,23 @@ func New(t testing.TB, tweak ...func(*sandbox.Options)) *Env {
 	}
 	return &Env{M: m, D: d, St: st, Data: data, Opts: opts}
 }
+
+// Reopen starts another manager on opts, as a next hostd on the same data
+// directory would, and recovers it. It is closed when the test ends.
+func Reopen(t testing.TB, opts sandbox.Options) *sandbox.Manager {
+	t.Helper()
+	ctx := context.Background()
+	m, err := sandbox.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
