@@ -256,9 +256,10 @@ func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, er
 }
 
 // prewarm runs a restored pool VM briefly, so its agent is connected and the
-// paths a claim takes (agent calls, a first exec) are already translated by
-// the VMM (under TCG a fresh process starts with no translated code), then
-// pauses it again.
+// paths a claim takes (the clock, entropy and identity calls, a first
+// collected exec) are already translated by the VMM (under TCG a fresh
+// process starts with no translated code), then pauses it again. The claim
+// sets the clock, entropy and identity again, for real.
 func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
@@ -266,17 +267,22 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := b.connect(ctx, w.m.opts.BootTimeout); err != nil {
 		return err
 	}
+	if err := prepareGuest(ctx, b, true); err != nil {
+		return err
+	}
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
 	for range 2 {
-		id, err := c.Start(ctx, agentclient.Command{Argv: []string{"true"}})
+		st, err := c.StartWait(ctx, agentclient.Command{Argv: []string{"true"}}, startWait, w.m.rec.on())
 		if err != nil {
 			return err
 		}
-		if _, err := c.Follow(ctx, id, 0, func(agentclient.Output) error { return nil }); err != nil {
-			return err
+		if !st.Exited {
+			if _, err := c.Follow(ctx, st.ID, st.Next, func(agentclient.Output) error { return nil }); err != nil {
+				return err
+			}
 		}
 	}
 	return b.vm.Pause(ctx)

@@ -182,13 +182,23 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 		return err
 	}
 	ph.done("agent") // channel reset and handshake
+	if err := prepareGuest(ctx, b, identity); err != nil {
+		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
+	}
+	ph.done("clock_entropy_identity")
+	return nil
+}
+
+// prepareGuest sets a restored guest's clock and reseeds its RNG and, with
+// identity, gives it b's hostname and a new machine id: in one round trip,
+// not three, as the agent serves the calls concurrently.
+func prepareGuest(ctx context.Context, b *box, identity bool) error {
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
-	// One round trip, not three: the agent serves the calls concurrently.
 	var wg sync.WaitGroup
 	var errs [3]error
 	wg.Go(func() { errs[0] = c.SetTime(ctx, time.Now()) })
@@ -197,9 +207,5 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 		wg.Go(func() { errs[2] = c.SetIdentity(ctx, b.id, randomHex(16)) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs[:]...); err != nil {
-		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
-	}
-	ph.done("clock_entropy_identity")
-	return nil
+	return errors.Join(errs[:]...)
 }
