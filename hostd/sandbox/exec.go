@@ -111,13 +111,15 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (
 }
 
 // launch starts cmd (with wait, and waits for its output up to the exit in
-// the same call) and records it: its start in the flight recorder, its end
-// too when the guest answered with it, and its timeout, counted from the
-// call. A start whose answer was lost (the channel closed, ctx ended) is
-// recorded all the same, under the id the host chose: the command may run.
+// the same call) and records it: its start in the flight recorder, before
+// the guest is asked, its end too when the guest answered with it, and its
+// timeout, counted from the call. A start whose answer was lost (the
+// channel closed, ctx ended) is followed all the same, under the id the
+// host chose: the command may run.
 func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd agentclient.Command, timeoutS int, wait bool) (agentclient.Started, error) {
 	timeout := time.Duration(timeoutS) * time.Second
 	began := time.Now()
+	t := x.m.rec.execStarted(ctx, b, execStart{argv: cmd.Argv, cwd: cmd.Cwd, env: cmd.Env, tty: cmd.Tty, id: cmd.ID, timeoutS: timeoutS})
 	var st agentclient.Started
 	var err error
 	if wait {
@@ -129,17 +131,17 @@ func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd a
 	} else {
 		st.ID, err = c.Start(ctx, cmd)
 	}
-	if errors.Is(err, agentclient.ErrStart) {
-		return st, fmt.Errorf("%w: %v", ErrExecStart, err)
-	}
 	rctx := ctx
 	if err != nil {
 		st, rctx = agentclient.Started{ID: cmd.ID}, context.WithoutCancel(ctx)
-	} else {
+	}
+	x.m.rec.startDone(rctx, b, cmd.ID, t, st, err)
+	if errors.Is(err, agentclient.ErrStart) {
+		return st, fmt.Errorf("%w: %v", ErrExecStart, err)
+	}
+	if err == nil {
 		fault.Point("exec:started")
 	}
-	x.m.rec.execStarted(rctx, b, execStart{argv: cmd.Argv, cwd: cmd.Cwd, env: cmd.Env, tty: cmd.Tty, id: st.ID, timeoutS: timeoutS,
-		ended: st.Summary})
 	if !st.Exited && timeout > 0 {
 		x.m.timeouts.arm(b.id, st.ID, max(timeout-time.Since(began), time.Millisecond))
 	}

@@ -65,6 +65,16 @@ func (r *execLog) add(execID string, t *execTrack) {
 	r.execs[execID] = t
 }
 
+// rename tracks exec from as to.
+func (r *execLog) rename(from, to string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.execs[from]; ok {
+		delete(r.execs, from)
+		r.execs[to] = t
+	}
+}
+
 // prune forgets execs that ended over endGrace ago. Call with mu held.
 func (r *execLog) prune() {
 	for execID, t := range r.execs {
@@ -175,19 +185,18 @@ type execStart struct {
 	tty      bool
 	id       string
 	timeoutS int
-	// ended is the exit's summary when the guest answered the start with
-	// it (a command that was over by then).
-	ended *agentclient.Summary
 }
 
 // on reports whether a log is kept.
 func (f *flight) on() bool { return f.r != nil }
 
-// execStarted records an exec's start and waits for its end in the
-// background.
-func (f *flight) execStarted(ctx context.Context, b *box, x execStart) {
+// execStarted records an exec's start and tracks it, before the guest is
+// asked to start it: what the command does (files, network) comes after
+// its start in the log, and is attributed to it. The caller reports how
+// the start went with startDone. It returns nil when no log is kept.
+func (f *flight) execStarted(ctx context.Context, b *box, x execStart) *execTrack {
 	if f.r == nil {
-		return
+		return nil
 	}
 	t := &execTrack{cause: f.r.CauseOf(ctx), started: time.Now(), done: make(chan struct{})}
 	keys := slices.Sorted(maps.Keys(x.env))
@@ -195,11 +204,32 @@ func (f *flight) execStarted(ctx context.Context, b *box, x execStart) {
 		Started: t.started.UTC(), TimeoutS: max(x.timeoutS, 0)}
 	f.reg.get(b.id).rec.add(x.id, t)
 	f.r.Add(ctx, recorder.Entry{SandboxID: b.id, Type: recorder.TypeExec, Cause: t.cause, Time: t.started, Data: t.data})
-	if x.ended != nil {
-		f.exited(ctx, b, x.id, t, *x.ended)
+	return t
+}
+
+// startDone follows exec t (started as execID) once the guest answered
+// its start with st or err: a start that failed ends it, an answer that
+// holds the exit's summary records its end at once, and any other (the
+// command runs, or the answer was lost) waits for the end in the
+// background. An older guest that names the session itself has its track
+// renamed.
+func (f *flight) startDone(ctx context.Context, b *box, execID string, t *execTrack, st agentclient.Started, err error) {
+	if t == nil {
 		return
 	}
-	f.spawn(func() { f.awaitExec(b, x.id, t) })
+	if errors.Is(err, agentclient.ErrStart) {
+		f.execEnded(b.id, execID, t, agentclient.Summary{}, "the command did not start: "+err.Error())
+		return
+	}
+	if err == nil && st.ID != execID {
+		f.reg.get(b.id).rec.rename(execID, st.ID)
+		t.data.ExecID, execID = st.ID, st.ID
+	}
+	if err == nil && st.Summary != nil {
+		f.exited(ctx, b, execID, t, *st.Summary)
+		return
+	}
+	f.spawn(func() { f.awaitExec(b, execID, t) })
 }
 
 // exited records the end of session execID, which sum says has exited,
