@@ -158,13 +158,59 @@ func (b *box) current() *agentclient.Client {
 
 // connect dials b's agent within timeout; on failure it stops the VM.
 func (b *box) connect(ctx context.Context, timeout time.Duration) error {
+	return b.connectTries(ctx, timeout, 0)
+}
+
+// reconnect is connect for a restored or resumed VM, whose agent answers
+// at once: each connection gets connectAttempt, and one that fails or gets
+// no answer is dropped for a fresh one (the VMM then resyncs the channel
+// afresh: a snapshot may have cut a frame of the parent's session in two,
+// and the guest swallowed the first marker in it).
+func (b *box) reconnect(ctx context.Context, timeout time.Duration) error {
+	return b.connectTries(ctx, timeout, connectAttempt)
+}
+
+// connectAttempt bounds one connection's wait for a restored guest's answer.
+const connectAttempt = 5 * time.Second
+
+// connectTries connects b's agent within timeout, in attempts of attempt
+// each (0: one attempt).
+func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := b.client(bctx); err != nil {
-		stopErr := b.vm.Stop(context.WithoutCancel(ctx))
-		return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
+	for {
+		actx, acancel := bctx, context.CancelFunc(func() {})
+		if attempt > 0 {
+			actx, acancel = context.WithTimeout(bctx, attempt)
+		}
+		start := time.Now()
+		_, err := b.client(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if attempt == 0 || bctx.Err() != nil || b.vmGone() {
+			stopErr := b.vm.Stop(context.WithoutCancel(ctx))
+			return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
+		}
+		b.log.Info("guest agent did not answer; connecting again", "sandbox_id", b.id, "err", err)
+		if time.Since(start) < attempt/10 {
+			select { // an attempt that failed at once is not repeated at once
+			case <-bctx.Done():
+			case <-time.After(attempt / 10):
+			}
+		}
 	}
-	return nil
+}
+
+// vmGone reports whether b's VM process has ended.
+func (b *box) vmGone() bool {
+	select {
+	case <-b.vm.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // closeAgent closes the agent connection, if any.

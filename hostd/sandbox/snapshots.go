@@ -178,7 +178,7 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 		return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
 	}
 	ph.done("resume")
-	if err := b.connect(ctx, m.opts.BootTimeout); err != nil {
+	if err := b.reconnect(ctx, m.opts.BootTimeout); err != nil {
 		return err
 	}
 	ph.done("agent") // channel reset and handshake

@@ -38,11 +38,16 @@ type VM struct {
 	sess    *yamux.Session
 	sessCon net.Conn
 	// pad is set while the guest may be mid-frame on the channel from a
-	// hostd that died (an adopted VM): its next connection writes a pad
-	// before its marker (resync.go). Not after a session dropped under
-	// this hostd: a guest too slow to read the pad before the next Dial's
-	// deadline would then never see a marker.
+	// host end it no longer has: a hostd that died (an adopted VM), or a
+	// session whose first stream got no answer (a restored guest whose
+	// snapshot cut a frame of its parent's session in two swallows the
+	// marker). Its next connection writes a pad before its marker
+	// (resync.go). Not after a session that answered and then dropped: a
+	// guest too slow to read the pad before the next Dial's deadline would
+	// then never see a marker.
 	pad bool
+	// answered is set once a stream of the current session was answered.
+	answered bool
 
 	stopOnce sync.Once
 	stopErr  error
@@ -227,8 +232,12 @@ func (vm *VM) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	})
 	conn, err := channel.Connect(st, port)
 	close(connected)
+	if err == nil || errors.Is(err, channel.ErrRefused) {
+		vm.markAnswered(sess)
+	}
 	if !stop() {
 		st.Close()
+		vm.dropUnanswered(sess) // it may never answer: the next Dial starts afresh
 		return nil, ctx.Err()
 	}
 	if err != nil {
@@ -273,14 +282,36 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 		conn.Close()
 		return nil, err
 	}
-	vm.sess, vm.sessCon = sess, conn
+	vm.sess, vm.sessCon, vm.answered = sess, conn, false
 	return sess, nil
+}
+
+// markAnswered notes that the guest answered on session s.
+func (vm *VM) markAnswered(s *yamux.Session) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.sess == s {
+		vm.answered = true
+	}
+}
+
+// dropUnanswered drops session s if the guest never answered on it.
+func (vm *VM) dropUnanswered(s *yamux.Session) {
+	vm.mu.Lock()
+	answered := vm.sess != s || vm.answered
+	vm.mu.Unlock()
+	if !answered {
+		vm.dropSession(s)
+	}
 }
 
 func (vm *VM) dropSession(s *yamux.Session) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.sess == s {
+		if !vm.answered {
+			vm.pad = true // see pad
+		}
 		vm.sess.Close()
 		vm.sessCon.Close()
 		vm.sess, vm.sessCon = nil, nil
