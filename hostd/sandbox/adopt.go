@@ -146,17 +146,23 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	return nil
 }
 
-// reconnect dials b's agent until it answers or ctx ends. The first tries
-// may fail: the previous hostd may have died in the middle of a frame on
-// the channel, which swallows the reset marker of the next connection; the
-// guest resynchronizes on the marker of the one after (each failed Dial
-// drops its connection).
+// reconnect dials b's agent until it answers or ctx ends, each try within
+// adoptAttempt. The first tries may fail: the previous hostd may have died
+// in the middle of a frame on the channel (or after a capture that cut
+// one), which swallows the reset marker of the next connection; the guest
+// resynchronizes on the padded marker of the one after (a Dial that fails
+// or gets no answer drops its connection). A try must end for that: one
+// Dial that waits all of ctx on a guest that swallowed its marker never
+// gets an answer.
 func reconnect(ctx context.Context, b *box) error {
 	for {
-		_, err := b.client(ctx)
+		actx, cancel := context.WithTimeout(ctx, adoptAttempt)
+		_, err := b.client(actx)
+		cancel()
 		if err == nil || errors.Is(err, vmm.ErrNotRunning) {
 			return err
 		}
+		b.log.Info("re-adopted guest's agent did not answer; connecting again", "sandbox_id", b.id, "err", err)
 		select {
 		case <-ctx.Done():
 			return err
@@ -164,6 +170,11 @@ func reconnect(ctx context.Context, b *box) error {
 		}
 	}
 }
+
+// adoptAttempt bounds one try of reconnect: longer than a restore's
+// (connectAttempt), as the first connection to an adopted guest writes the
+// 4 MiB pad, which a loaded guest reads slowly.
+const adoptAttempt = 15 * time.Second
 
 // reattach serves sandbox id's namespace again (readopt). The entry's NIC
 // is nil: the tap is the VMM's alone now, so a pause of this VM drops the
