@@ -60,8 +60,8 @@ func (c *Client) Start(ctx context.Context, cmd Command) (string, error) {
 // and whether it had exited by the time the guest answered.
 type Started struct {
 	ID string
-	// Output is the session's first output, from offset 0; Next is where
-	// a Follow goes on.
+	// Output is the session's output from offset 0 up to the answer; Next
+	// is where a Follow goes on.
 	Output []Output
 	Next   uint64
 	Exited bool
@@ -72,7 +72,7 @@ type Started struct {
 }
 
 // StartWait launches cmd (which must not keep stdin open, nor run on a
-// terminal) and waits up to wait for its first output or its exit, in the
+// terminal) and waits up to wait for its exit (or 1 MiB of output), in the
 // same call: a short command costs one round trip. With summary, the
 // answer holds the session's summary once it has exited.
 func (c *Client) StartWait(ctx context.Context, cmd Command, wait time.Duration, summary bool) (Started, error) {
@@ -87,7 +87,7 @@ func (c *Client) StartWait(ctx context.Context, cmd Command, wait time.Duration,
 	st := Started{ID: r.Id}
 	if o := r.Output; o != nil {
 		for _, ch := range o.Chunks {
-			st.Output = append(st.Output, Output{Stderr: ch.Kind == agentv1.OutputKind_OUTPUT_KIND_STDERR, Data: ch.Data, Offset: ch.Offset})
+			st.Output = append(st.Output, outputOf(ch))
 		}
 		st.Next, st.Exited, st.Exit = o.NextOffset, o.Exited, Exit{Code: int(o.ExitCode), Signal: o.Signal}
 		if o.Exited && summary && r.Summary != nil && r.Summary.Exited {
@@ -126,7 +126,7 @@ func (c *Client) Follow(ctx context.Context, id string, offset uint64, emit func
 			return Exit{}, fromStatus(err)
 		}
 		for _, ch := range r.Chunks {
-			if err := emit(Output{Stderr: ch.Kind == agentv1.OutputKind_OUTPUT_KIND_STDERR, Data: ch.Data, Offset: ch.Offset}); err != nil {
+			if err := emit(outputOf(ch)); err != nil {
 				return Exit{}, err
 			}
 		}
@@ -181,4 +181,8 @@ func (c *Client) sessionErr(id string, err error) error {
 func (c *Client) Resize(ctx context.Context, id string, rows, cols uint32) error {
 	_, err := c.exec.Resize(ctx, &agentv1.ResizeRequest{Id: id, Rows: rows, Cols: cols})
 	return c.sessionErr(id, err)
+}
+
+func outputOf(ch *agentv1.OutputChunk) Output {
+	return Output{Stderr: ch.Kind == agentv1.OutputKind_OUTPUT_KIND_STDERR, Data: ch.Data, Offset: ch.Offset}
 }

@@ -52,8 +52,8 @@ func (x *Execs) Exec(ctx context.Context, id string, req ExecRequest, emit func(
 }
 
 // start launches req in the guest and feeds it its stdin, if any. With
-// wait (no stdin, no terminal), the guest answers with the first output or
-// the exit, and the exit's summary for the flight recorder.
+// wait (no stdin, no terminal), the guest answers with the output up to the
+// exit (or 1 MiB of it), and the exit's summary for the flight recorder.
 func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (*agentclient.Client, agentclient.Started, error) {
 	var none agentclient.Started
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
@@ -177,7 +177,7 @@ func (x *Execs) exited(ctx context.Context, b *box, execID string, exit agentcli
 }
 
 // startWait is how long a collected exec's start waits in the guest for
-// the first output or the exit (Follow goes on after it).
+// the exit (Follow goes on after it).
 const startWait = 5 * time.Second
 
 func outputEvent(o agentclient.Output) ExecEvent {

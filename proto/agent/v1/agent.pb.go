@@ -200,9 +200,9 @@ type StartRequest struct {
 	// fails the start.
 	User string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`
 	// wait_ms, if set, makes Start wait up to wait_ms (at most Read's longest
-	// wait) for the process's first output or its exit, and answer with them
-	// in output, as a Read from offset 0 would: a short command is started,
-	// run and collected in one call. Ignored with stdin or tty, whose process
+	// wait) for the process's exit, or for a Read's worth of output, and
+	// answer with the output from offset 0 (and the exit, if it came) in
+	// output: a short command is started, run and collected in one call. Ignored with stdin or tty, whose process
 	// may wait for the host.
 	WaitMs uint32 `protobuf:"varint,10,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// summary, with wait_ms, adds the session's summary to an answer that
