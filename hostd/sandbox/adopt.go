@@ -81,7 +81,7 @@ type netReattacher interface {
 // running sandbox (TTL from its creation, idle detection, meters, the
 // flight recorder, the console cap) and its mounts. On error the VMM runs
 // on; the caller stops it.
-func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process) error {
+func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process) (err error) {
 	v, err := m.opts.Store.GetSandboxVM(ctx, rec.ID)
 	if err != nil {
 		return err
@@ -95,9 +95,15 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	b.overlay, b.snapshotID, b.cwd, b.user = v.Overlay, v.SnapshotID, v.Cwd, v.User
 	b.disks = countOverlays(rec.Dir)
 	if gl, ok := m.opts.Cgroups.(groupLoader); ok {
-		if b.cgroup, err = gl.Load(rec.ID); err != nil {
+		if b.cgroup, b.unhold, err = m.vmms.held.hold(rec.ID, func() (*cgroup.Group, error) { return gl.Load(rec.ID) }); err != nil {
 			return err
 		}
+		// Not adopted: the caller stops the VMM, and the reaper takes the group.
+		defer func() {
+			if err != nil {
+				b.release()
+			}
+		}()
 	}
 	cfg := m.vmConfig(rec, v.Overlay)
 	vm, err := m.opts.Driver.Adopt(ctx, cfg, p)

@@ -49,6 +49,8 @@ type box struct {
 
 	limits Limits
 	cgroup *cgroup.Group
+	// unhold drops the ledger's hold of cgroup (groups.go).
+	unhold func()
 	// last is the time of the last API activity (unix ns); execs counts
 	// the execs running.
 	last  atomic.Int64
@@ -287,6 +289,16 @@ func (b *box) removeCgroup() {
 		b.log.Error("remove cgroup", "sandbox_id", b.id, "err", err)
 	}
 	b.cgroup = nil
+	b.release()
+}
+
+// release drops the ledger's hold of b's cgroup, if any: the reaper may
+// take what is left of it.
+func (b *box) release() {
+	if b.unhold != nil {
+		b.unhold()
+		b.unhold = nil
+	}
 }
 
 // cpu is the CPU time of b's VMM cgroup (0 without one).

@@ -207,7 +207,7 @@ func New(opts Options) (*Manager, error) {
 	m.warm = warm{m: m}
 	m.bases = newBases(opts, snaps, &m.warm, m.spawn)
 	m.vmms = &vmms{backend: opts.Driver.Name(), cgroups: opts.Cgroups, nets: &m.nets, log: opts.Logger}
-	m.reaper = newReaper(opts, &m.reg, &m.pools, m.vmms.kill)
+	m.reaper = newReaper(opts, &m.reg, &m.pools, m.vmms)
 	m.timeouts = &execTimeouts{reg: &m.reg, log: opts.Logger, spawn: m.spawn}
 	events, _ := opts.Store.(eventLister)
 	m.ttls = &ttls{reg: &m.reg, rec: &m.rec, log: opts.Logger, spawn: m.spawn, pause: m.Pause, del: m.Delete,

@@ -27,6 +27,9 @@ type reaper struct {
 	// killVM stops the VMM recorded in a sandbox directory (by its pid and
 	// start time; adopt.go).
 	killVM func(id, dir string)
+	// held is the ledger of the cgroups that sandboxes hold (groups.go):
+	// the reaper never takes one of those (nil: none are).
+	held *groups
 }
 
 // Reap runs the reaper until ctx ends: every interval it removes what no
@@ -38,9 +41,10 @@ func (m *Manager) Reap(ctx context.Context, interval time.Duration) { m.reaper.r
 // before any sandbox exists.
 func (m *Manager) ReapOnce(ctx context.Context) { m.reaper.now(ctx) }
 
-func newReaper(o Options, reg *registry, ps *pools, kill func(id, dir string)) *reaper {
+func newReaper(o Options, reg *registry, ps *pools, v *vmms) *reaper {
 	return &reaper{cgroups: o.Cgroups, store: o.Store, dataDir: o.DataDir, recorder: o.Recorder,
-		retention: o.EventRetention, log: o.Logger, killVM: kill, owned: func() map[string]bool { return ownedIDs(reg, ps) }}
+		retention: o.EventRetention, log: o.Logger, killVM: v.kill, held: &v.held,
+		owned: func() map[string]bool { return ownedIDs(reg, ps) }}
 }
 
 // DefaultReapInterval is how often the reaper looks for orphans.
@@ -143,7 +147,7 @@ func (r *reaper) orphanCandidates(ctx context.Context) []string {
 	owned := r.owned()
 	var out []string
 	for _, id := range ids {
-		if !owned[id] && !r.creating(ctx, id) {
+		if !owned[id] && !r.held.holds(id) && !r.creating(ctx, id) {
 			out = append(out, id)
 		}
 	}
@@ -177,9 +181,24 @@ type procLister interface {
 	Procs(id string) ([]int, error)
 }
 
-// reapCgroup kills whatever still runs in orphaned group id and removes it.
+// reapCgroup kills whatever still runs in orphaned group id and removes it,
+// unless a sandbox holds the group by now (a create, resume or fork of id
+// made it since the round's check: groups.go).
 func (r *reaper) reapCgroup(id string) {
 	log := r.log.With("sandbox_id", id)
+	removed := false
+	if !r.held.unheld(id, func() { removed = r.killAndRemove(id, log) }) {
+		log.Info("reaper: a sandbox holds the cgroup again; spared it")
+		return
+	}
+	if removed {
+		r.reapDir(id)
+	}
+}
+
+// killAndRemove kills whatever runs in group id and removes the group; it
+// reports whether the group is gone.
+func (r *reaper) killAndRemove(id string, log *slog.Logger) bool {
 	if pl, ok := r.cgroups.(procLister); ok {
 		pids, _ := pl.Procs(id)
 		for _, pid := range pids {
@@ -193,10 +212,10 @@ func (r *reaper) reapCgroup(id string) {
 	}
 	if err := r.cgroups.Remove(id); err != nil {
 		log.Error("reaper: remove orphaned cgroup", "err", err)
-		return
+		return false
 	}
 	log.Warn("reaper: removed orphaned cgroup")
-	r.reapDir(id)
+	return true
 }
 
 // reapDir removes sandbox id's directory if no record names it.

@@ -55,3 +55,71 @@ func TestReaperSparesResumingSandboxes(t *testing.T) {
 		t.Errorf("reaper removed %q, want only sb-orphan", cg.removed)
 	}
 }
+
+// TestReaperSparesHeldGroups: a cgroup that a sandbox holds is never an
+// orphan, whatever its record says and even when the live set does not
+// name it (a resume between registering its box and setting its state, the
+// race the full soak found at pause/resume cycle 66); once released, it is.
+func TestReaperSparesHeldGroups(t *testing.T) {
+	ctx := context.Background()
+	data := t.TempDir()
+	st, err := store.Open(ctx, filepath.Join(data, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.PutSandbox(ctx, store.Sandbox{ID: "sb-resumed", State: string(StateRunning), VCPUs: 1, MemoryMiB: 256,
+		Dir: filepath.Join(data, "sandboxes", "sb-resumed"), CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	cg := &listedCgroups{ids: []string{"sb-resumed"}}
+	held := &groups{}
+	_, release, err := held.hold("sb-resumed", func() (*cgroup.Group, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reaper{cgroups: cg, store: st, dataDir: data, log: slog.New(slog.DiscardHandler), held: held,
+		owned: func() map[string]bool { return map[string]bool{} }, killVM: func(string, string) {}}
+	// A suspect from an earlier round (caught pausing, say) is spared too.
+	r.reapOnce(ctx, map[string]bool{"sb-resumed": true})
+	r.reapOnce(ctx, r.reapOnce(ctx, map[string]bool{}))
+	if len(cg.removed) != 0 {
+		t.Fatalf("reaper removed %q, held by a sandbox", cg.removed)
+	}
+	release()
+	release() // a second release changes nothing
+	r.reapOnce(ctx, r.reapOnce(ctx, map[string]bool{}))
+	if !slices.Equal(cg.removed, []string{"sb-resumed"}) {
+		t.Errorf("reaper removed %q once the group was released, want sb-resumed", cg.removed)
+	}
+}
+
+// TestGroupsHoldWaitsForReap: a group made while the reaper takes the same
+// id is made after the reaper is done, never in between its check and its
+// kill; and a group held by then is not reaped.
+func TestGroupsHoldWaitsForReap(t *testing.T) {
+	var g groups
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		g.unheld("sb-1", func() { close(entered); <-proceed; note("reaped") })
+	}()
+	<-entered
+	go func() {
+		defer wg.Done()
+		_, _, _ = g.hold("sb-1", func() (*cgroup.Group, error) { note("made"); return nil, nil })
+	}()
+	close(proceed)
+	wg.Wait()
+	if !slices.Equal(order, []string{"reaped", "made"}) {
+		t.Errorf("order %q, want the reap before the make", order)
+	}
+	if g.unheld("sb-1", func() { t.Error("reaped a held group") }) {
+		t.Error("unheld ran on a held group")
+	}
+}

@@ -21,6 +21,8 @@ type vmms struct {
 	cgroups Cgroups // nil: no cgroups
 	nets    *networks
 	log     *slog.Logger
+	// held is the ledger of the cgroups this hostd holds (groups.go).
+	held groups
 }
 
 // place fills cfg's per-sandbox limits: the VMM's user (jail.go), the
@@ -41,11 +43,13 @@ func (v *vmms) place(cfg vmm.Config, b *box) (vmm.Config, error) {
 		v.record(&cfg) // the VMM's identity on disk (adopt.go)
 		return cfg, nil
 	}
-	g, err := v.cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
+	g, release, err := v.held.hold(b.id, func() (*cgroup.Group, error) {
+		return v.cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
+	})
 	if err != nil {
 		return cfg, err
 	}
-	b.cgroup = g
+	b.cgroup, b.unhold = g, release
 	cfg.Started = g.Add
 	v.record(&cfg)
 	return cfg, nil

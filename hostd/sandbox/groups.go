@@ -1,0 +1,74 @@
+package sandbox
+
+import (
+	"sync"
+
+	"github.com/agentbox/agentbox/hostd/cgroup"
+)
+
+// groups is the ledger of the cgroups this hostd holds: each one made for a
+// VMM it starts (vmms.place) or opened for one it adopts (readopt), from
+// then until its box removes it. The reaper takes only a group that
+// nobody holds, and keeps the ledger locked while it does, so a create,
+// resume or fork of the same id cannot make the group again between the
+// reaper's check and its kill. (The reaper's other checks, the live set
+// and the record's state, are read at different moments: a resume that
+// registers its box between the two looked like an orphan, and its new
+// VMM was killed.)
+type groups struct {
+	mu   sync.Mutex
+	held map[string]int
+}
+
+// hold runs open, which makes or opens id's cgroup, and holds id until the
+// returned release is called (once; later calls do nothing). On error
+// nothing is held.
+func (g *groups) hold(id string, open func() (*cgroup.Group, error)) (*cgroup.Group, func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grp, err := open()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	if g.held == nil {
+		g.held = map[string]int{}
+	}
+	g.held[id]++
+	var once sync.Once
+	return grp, func() { once.Do(func() { g.release(id) }) }, nil
+}
+
+// release drops one hold of id.
+func (g *groups) release(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held[id]--; g.held[id] <= 0 {
+		delete(g.held, id)
+	}
+}
+
+// holds reports whether id is held.
+func (g *groups) holds(id string) bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held[id] > 0
+}
+
+// unheld runs reap, with the ledger locked, if nobody holds id, and
+// reports whether it ran. A nil ledger holds nothing.
+func (g *groups) unheld(id string, reap func()) bool {
+	if g == nil {
+		reap()
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held[id] > 0 {
+		return false
+	}
+	reap()
+	return true
+}
