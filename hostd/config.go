@@ -105,6 +105,10 @@ type Config struct {
 	// EventRetention, if set, drops events older than it (checked with
 	// the reaper's round); zero keeps the log forever.
 	EventRetention time.Duration
+	// ReapInterval is how often the reaper looks for cgroups, VMMs and
+	// sandbox directories that no sandbox owns (default one minute); an
+	// orphan goes at its second sighting.
+	ReapInterval time.Duration
 	// BaseSnapshots is "on" (default: a create with neither template nor
 	// snapshot restores a built-in snapshot of the booted base image, made
 	// by the first such create of each shape; see hostd/sandbox base.go) or

@@ -102,7 +102,12 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return fmt.Errorf("hostd: recover: %w", err)
 	}
 	met.Watch(mgr)
-	go mgr.Reap(ctx, sandbox.DefaultReapInterval)
+	// The reaper stops when hostd starts stopping (ctx) or Run returns,
+	// which waits for its last round.
+	rctx, stopReaper := context.WithCancel(ctx)
+	reaped := make(chan struct{})
+	go func() { defer close(reaped); mgr.Reap(rctx, cfg.ReapInterval) }() // zero: sandbox.DefaultReapInterval
+	defer func() { stopReaper(); <-reaped }()
 	authn := auth.New(st)
 	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log})
 	if err != nil {

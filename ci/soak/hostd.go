@@ -29,18 +29,20 @@ type hostdProc struct {
 	c    *client.Client
 	cmd  *exec.Cmd  // the running hostd
 	done chan error // cmd's exit
+	// reapEvery is hostd's -reap-interval.
+	reapEvery time.Duration
 }
 
 const apiKey = "ab_soak"
 
 // startHostd runs bin (built from ./cmd/hostd when empty) with TCG unless
 // AGENTBOX_ACCEL says, and waits for its API to answer.
-func startHostd(ctx context.Context, bin string) (*hostdProc, error) {
+func startHostd(ctx context.Context, bin string, reapEvery time.Duration) (*hostdProc, error) {
 	dir, err := os.MkdirTemp("", "ab-soak-")
 	if err != nil {
 		return nil, err
 	}
-	h := &hostdProc{dir: dir, bin: bin}
+	h := &hostdProc{dir: dir, bin: bin, reapEvery: reapEvery}
 	if h.bin == "" {
 		h.bin = filepath.Join(dir, "hostd")
 		progress("building hostd")
@@ -82,7 +84,8 @@ func (h *hostdProc) start(ctx context.Context, faultStep string) (time.Duration,
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "--- soak: hostd starting (fault %q)\n", faultStep)
-	cmd := exec.Command(h.bin, "-listen", h.addr, "-data-dir", h.dataDir(), "-vmm", "qemu", "-accel", accel)
+	cmd := exec.Command(h.bin, "-listen", h.addr, "-data-dir", h.dataDir(), "-vmm", "qemu", "-accel", accel,
+		"-reap-interval", h.reapEvery.String())
 	cmd.Env = append(os.Environ(), "AGENTBOX_API_KEY="+apiKey, fault.Env+"="+faultStep)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()

@@ -40,6 +40,7 @@ type options struct {
 	skipAbuse bool
 	restarts  int
 	kinds     []string
+	reapEvery time.Duration
 }
 
 func main() {
@@ -57,6 +58,7 @@ func main() {
 	flag.IntVar(&o.memoryMiB, "memory-mib", 512, "guest memory of each sandbox")
 	flag.BoolVar(&o.skipAbuse, "no-abuse", false, "skip the guest abuse part")
 	flag.IntVar(&o.restarts, "restarts", 20, "hostd kill -9 / restart cycles (0: skip)")
+	flag.DurationVar(&o.reapEvery, "reap-interval", 3*time.Second, "hostd's reaper round: short, so that every part runs with the reaper looking (hostd's default is 1m)")
 	kinds := flag.String("restart-kinds", strings.Join(restartKinds, ","), "the kinds of restart cycle, run in turn: "+strings.Join(restartKinds, ", "))
 	flag.Parse()
 	o.kinds = strings.Split(*kinds, ",")
@@ -94,7 +96,7 @@ func progress(format string, a ...any) {
 
 func run(ctx context.Context, o options) (*figures.Table, error) {
 	t := &figures.Table{Head: "soak"}
-	h, err := startHostd(ctx, o.hostd)
+	h, err := startHostd(ctx, o.hostd, o.reapEvery)
 	if err != nil {
 		return nil, err
 	}

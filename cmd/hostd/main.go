@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Recorder, "recorder", os.Getenv("AGENTBOX_RECORDER"), "the flight recorder: on (default) or off")
 	fs.StringVar(&cfg.BaseSnapshots, "base-snapshots", os.Getenv("AGENTBOX_BASE_SNAPSHOTS"), "creates without a template restore a snapshot of the booted base image: on (default) or off")
 	fs.IntVar(&cfg.BasePool, "base-pool", 0, "warm sandboxes of the base snapshot kept for creates to claim (default 1; -1: none)")
+	fs.DurationVar(&cfg.ReapInterval, "reap-interval", 0, "how often the reaper looks for orphaned VMMs, cgroups and sandbox directories (default 1m)")
 	fs.DurationVar(&cfg.EventRetention, "event-retention", 0, "drop flight-recorder events older than this (e.g. 720h; 0 keeps them)")
 	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", os.Getenv("AGENTBOX_OTLP_ENDPOINT"), "send trace spans over OTLP/HTTP to this host:port or URL (off when empty)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", os.Getenv("AGENTBOX_TLS_CERT"), "serve HTTPS (and HTTP/2) with this certificate")

@@ -66,6 +66,8 @@ func Command() *cli.Command {
 				Sources: cli.EnvVars("AGENTBOX_DRAIN_ON_EXIT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM, how long requests in flight may finish before they are cut",
 				Sources: cli.EnvVars("AGENTBOX_SHUTDOWN_TIMEOUT")},
+			&cli.DurationFlag{Name: "reap-interval", Value: time.Minute, Usage: "how often the reaper looks for orphaned VMMs, cgroups and sandbox directories",
+				Sources: cli.EnvVars("AGENTBOX_REAP_INTERVAL")},
 			&cli.StringFlag{Name: "registry-auth-file", Usage: "Docker config `FILE` with registry credentials for image templates"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -101,6 +103,7 @@ func Command() *cli.Command {
 				LeaveRunning:     true,
 				DrainOnExit:      cmd.Bool("drain-on-exit"),
 				ShutdownTimeout:  cmd.Duration("shutdown-timeout"),
+				ReapInterval:     cmd.Duration("reap-interval"),
 			}
 			if p := cmd.String("limits"); p != "" {
 				if err := hostd.LoadLimits(p, &cfg); err != nil {
