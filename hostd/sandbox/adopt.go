@@ -133,7 +133,10 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.BootTimeout)
 	defer cancel()
-	if err := reconnect(ctx, b); err != nil {
+	// The previous hostd may have died in the middle of a frame on the
+	// channel (or after a capture that cut one), which swallows the reset
+	// marker of the first connection: tryConnect drops it for a padded one.
+	if err := b.tryConnect(ctx, adoptAttempt); err != nil {
 		_ = vm.Release()
 		return fmt.Errorf("guest agent did not answer: %w", err)
 	}
@@ -152,32 +155,7 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	return nil
 }
 
-// reconnect dials b's agent until it answers or ctx ends, each try within
-// adoptAttempt. The first tries may fail: the previous hostd may have died
-// in the middle of a frame on the channel (or after a capture that cut
-// one), which swallows the reset marker of the next connection; the guest
-// resynchronizes on the padded marker of the one after (a Dial that fails
-// or gets no answer drops its connection). A try must end for that: one
-// Dial that waits all of ctx on a guest that swallowed its marker never
-// gets an answer.
-func reconnect(ctx context.Context, b *box) error {
-	for {
-		actx, cancel := context.WithTimeout(ctx, adoptAttempt)
-		_, err := b.client(actx)
-		cancel()
-		if err == nil || errors.Is(err, vmm.ErrNotRunning) {
-			return err
-		}
-		b.log.Info("re-adopted guest's agent did not answer; connecting again", "sandbox_id", b.id, "err", err)
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// adoptAttempt bounds one try of reconnect: longer than a restore's
+// adoptAttempt bounds one connection of readopt's tryConnect: longer than a restore's
 // (connectAttempt), as the first connection to an adopted guest writes the
 // 4 MiB pad, which a loaded guest reads slowly.
 const adoptAttempt = 15 * time.Second

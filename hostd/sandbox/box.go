@@ -176,34 +176,46 @@ func (b *box) reconnect(ctx context.Context, timeout time.Duration) error {
 const connectAttempt = 5 * time.Second
 
 // connectTries connects b's agent within timeout, in attempts of attempt
-// each (0: one attempt).
+// each (0: one attempt); on failure it stops the VM.
 func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if err := b.tryConnect(bctx, attempt); err != nil {
+		stopErr := b.vm.Stop(context.WithoutCancel(ctx))
+		return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
+	}
+	return nil
+}
+
+// tryConnect connects b's agent until it answers, ctx ends or the VM
+// exits, each connection within attempt (0: one connection, as long as
+// ctx). A connection that fails or gets no answer is dropped, and the
+// next one padded (the VMM resyncs the channel afresh).
+func (b *box) tryConnect(ctx context.Context, attempt time.Duration) error {
 	for {
-		actx, acancel := bctx, context.CancelFunc(func() {})
+		actx, acancel := ctx, context.CancelFunc(func() {})
 		if attempt > 0 {
-			actx, acancel = context.WithTimeout(bctx, attempt)
+			actx, acancel = context.WithTimeout(ctx, attempt)
 		}
 		start := time.Now()
 		_, err := b.client(actx)
 		acancel()
-		if err == nil {
-			return nil
-		}
-		if attempt == 0 || bctx.Err() != nil || b.vmGone() {
-			stopErr := b.vm.Stop(context.WithoutCancel(ctx))
-			return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
+		if err == nil || attempt == 0 || ctx.Err() != nil || errors.Is(err, vmm.ErrNotRunning) || b.vmGone() {
+			return err
 		}
 		b.log.Info("guest agent did not answer; connecting again", "sandbox_id", b.id, "err", err)
-		if time.Since(start) < attempt/10 {
+		if time.Since(start) < retryPause {
 			select { // an attempt that failed at once is not repeated at once
-			case <-bctx.Done():
-			case <-time.After(attempt / 10):
+			case <-ctx.Done():
+				return err
+			case <-time.After(retryPause):
 			}
 		}
 	}
 }
+
+// retryPause is the least time between two connections of tryConnect.
+const retryPause = 200 * time.Millisecond
 
 // vmGone reports whether b's VM process has ended.
 func (b *box) vmGone() bool {

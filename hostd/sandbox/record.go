@@ -229,6 +229,13 @@ func (f *flight) startDone(ctx context.Context, b *box, execID string, t *execTr
 		f.exited(ctx, b, execID, t, *st.Summary)
 		return
 	}
+	if err != nil {
+		// The answer was lost: the guest may never have had the session.
+		f.spawn(func() {
+			f.awaitExecAs(b, execID, t, "the start's answer was lost and the guest has no such session: it may never have run")
+		})
+		return
+	}
 	f.spawn(func() { f.awaitExec(b, execID, t) })
 }
 
@@ -246,6 +253,12 @@ func (f *flight) exited(ctx context.Context, b *box, execID string, t *execTrack
 // after every guest event it caused. It gives up when b goes (a pause
 // hands the wait to the resumed box, see resumeExecs).
 func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
+	f.awaitExecAs(b, execID, t, "the guest no longer has the session")
+}
+
+// awaitExecAs is awaitExec, whose end says noSession when the guest has no
+// session execID.
+func (f *flight) awaitExecAs(b *box, execID string, t *execTrack, noSession string) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for {
@@ -259,7 +272,7 @@ func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
 			f.exited(ctx, b, execID, t, sum)
 			return
 		case errors.Is(err, agentclient.ErrNoSession):
-			f.execEnded(b.id, execID, t, sum, "the guest no longer has the session")
+			f.execEnded(b.id, execID, t, sum, noSession)
 			return
 		case err != nil:
 			select {
@@ -308,6 +321,9 @@ func (f *flight) execEnded(id, execID string, t *execTrack, sum agentclient.Summ
 		Time: end, Start: t.started, Data: d})
 	if e := f.reg.find(id); e != nil { // a deleted sandbox keeps no entry
 		e.rec.markEnded(t)
+		if sum.Exited {
+			e.disarmKill(execID) // its timeout has nothing left to kill
+		}
 	}
 	close(t.done)
 }

@@ -100,6 +100,18 @@ func (e *entry) stopTimers() {
 	}
 }
 
+// disarmKill stops the timeout timer of exec execID, if one runs: the exec
+// has exited (with the flight recorder off, nothing watches for the exit,
+// and the timer's kill of an exited session does nothing).
+func (e *entry) disarmKill(execID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.kills[execID]; t != nil {
+		t.Stop()
+		delete(e.kills, execID)
+	}
+}
+
 // forget takes b out of the live set; it reports whether b was there.
 func (r *registry) forget(b *box) bool {
 	e := r.find(b.id)
