@@ -67,6 +67,7 @@ func deadline(timeout time.Duration, c *Client) ttrpc.UnaryClientInterceptor {
 		defer cancel()
 		err := invoke(cctx, req, resp)
 		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			c.wedged.Store(true)
 			c.Close()
 		}
 		return err

@@ -38,6 +38,10 @@ var (
 type Client struct {
 	closed atomic.Bool
 	conn   *ttrpc.Client
+	guard  *guardConn
+	// wedged is set when the client closed the connection itself, after a
+	// call outlived its timeout.
+	wedged atomic.Bool
 	exec   agentv1.ExecService
 	files  agentv1.FilesService
 	sys    agentv1.SystemService
@@ -61,9 +65,11 @@ func New(conn net.Conn, opts ...Option) *Client {
 		f(&o)
 	}
 	cl := &Client{}
-	c := ttrpc.NewClient(newGuardConn(conn), ttrpc.WithUnaryClientInterceptor(deadline(o.timeout, cl)))
+	g := newGuardConn(conn)
+	c := ttrpc.NewClient(g, ttrpc.WithUnaryClientInterceptor(deadline(o.timeout, cl)))
 	*cl = Client{
 		conn:   c,
+		guard:  g,
 		exec:   agentv1.NewExecClient(c),
 		files:  agentv1.NewFilesClient(c),
 		sys:    agentv1.NewSystemClient(c),
@@ -78,6 +84,20 @@ func (c *Client) Close() error { c.closed.Store(true); return c.conn.Close() }
 // Closed reports whether Close was called, by the caller or by the client
 // itself after a call outlived its timeout (a connection the guest wedged).
 func (c *Client) Closed() bool { return c.closed.Load() }
+
+// Why says why the client closed the connection itself: a reply from the
+// guest that broke the protocol's bounds, or a call that outlived its
+// timeout. It is nil while the connection is open, and when it ended
+// otherwise (Close, or the guest or the channel closing it).
+func (c *Client) Why() error {
+	if err := c.guard.err(); err != nil {
+		return err
+	}
+	if c.wedged.Load() {
+		return errors.New("agentclient: a call outlived its timeout; the guest wedged the connection")
+	}
+	return nil
+}
 
 // Wait blocks until the connection is gone or ctx ends.
 func (c *Client) Wait(ctx context.Context) error { return c.conn.UserOnCloseWait(ctx) }

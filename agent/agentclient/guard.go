@@ -28,6 +28,13 @@ type guardConn struct {
 
 func newGuardConn(c net.Conn) *guardConn { return &guardConn{Conn: c, open: map[uint32]bool{}} }
 
+// err is the breach of bounds that closed the connection, if any.
+func (g *guardConn) err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.bad
+}
+
 // ttrpc's frame: a header of length (4), stream id (4), type (1), flags (1).
 const (
 	frameHeader  = 10

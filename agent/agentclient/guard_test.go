@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,5 +86,29 @@ func TestCallTimeout(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Health(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("health of a silent agent: %v, want a deadline error", err)
+	}
+}
+
+// TestWhySaysTheBreach: a client that closes its connection on a reply
+// over bounds says why; an open one says nothing.
+func TestWhySaysTheBreach(t *testing.T) {
+	host, guest := net.Pipe()
+	defer guest.Close()
+	c := agentclient.New(host)
+	defer c.Close()
+	if err := c.Why(); err != nil {
+		t.Fatalf("Why of an open connection: %v", err)
+	}
+	go func() {
+		// ttrpc's header (length, stream 7, type response, flags): a
+		// response to a stream the host never opened.
+		hdr := make([]byte, 10)
+		binary.BigEndian.PutUint32(hdr[4:8], 7)
+		hdr[8] = 2
+		_, _ = guest.Write(hdr)
+	}()
+	_ = c.Wait(context.Background())
+	if err := c.Why(); err == nil || !strings.Contains(err.Error(), "not open") {
+		t.Errorf("Why after a bogus frame: %v, want the breach", err)
 	}
 }

@@ -31,6 +31,7 @@ type hostdProc struct {
 	done chan error // cmd's exit
 	// reapEvery is hostd's -reap-interval.
 	reapEvery time.Duration
+	began     time.Time // when the soak started its first hostd
 }
 
 const apiKey = "ab_soak"
@@ -42,7 +43,7 @@ func startHostd(ctx context.Context, bin string, reapEvery time.Duration) (*host
 	if err != nil {
 		return nil, err
 	}
-	h := &hostdProc{dir: dir, bin: bin, reapEvery: reapEvery}
+	h := &hostdProc{dir: dir, bin: bin, reapEvery: reapEvery, began: time.Now()}
 	if h.bin == "" {
 		h.bin = filepath.Join(dir, "hostd")
 		progress("building hostd")
@@ -197,7 +198,9 @@ func (h *hostdProc) stop() {
 	if _, err := netns.InstallationOf(h.dataDir()).Sweep(nil); err != nil {
 		progress("namespaces left: %v", err)
 	}
-	kept := filepath.Join(os.TempDir(), "ab-soak-hostd.log")
+	// One log per run (named by its start), so a later run does not
+	// overwrite the log of one that failed.
+	kept := filepath.Join(os.TempDir(), "ab-soak-hostd-"+h.began.Format("20060102-150405")+".log")
 	if err := os.Rename(filepath.Join(h.dir, "hostd.log"), kept); err == nil {
 		progress("hostd's log (every start) kept in %s", kept)
 	}

@@ -136,6 +136,11 @@ func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
 	b.agent = c
 	b.spawn(func() {
 		_ = c.Wait(context.Background())
+		if why := c.Why(); why != nil {
+			b.log.Warn("agent connection dropped by hostd", "sandbox_id", b.id, "err", why)
+		} else if !c.Closed() {
+			b.log.Info("agent connection closed by the guest or its channel", "sandbox_id", b.id)
+		}
 		b.mu.Lock()
 		if b.agent == c {
 			b.agent = nil
