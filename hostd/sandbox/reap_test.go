@@ -30,23 +30,32 @@ func (c *listedCgroups) Remove(id string) error {
 	return nil
 }
 
+// reapStore opens a store in data holding a record of each sandbox, in
+// its state.
+func reapStore(t *testing.T, data string, recs map[string]State) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(data, "agentbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for id, state := range recs {
+		if err := st.PutSandbox(ctx, store.Sandbox{ID: id, State: string(state), VCPUs: 1, MemoryMiB: 256,
+			Dir: filepath.Join(data, "sandboxes", id), CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
 // TestReaperSparesResumingSandboxes: a sandbox that two reaper rounds in a
 // row catch resuming (its cgroup made, its new VM not yet registered) is
 // not an orphan; a cgroup that no record names is.
 func TestReaperSparesResumingSandboxes(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	st, err := store.Open(ctx, filepath.Join(data, "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	for id, state := range map[string]State{"sb-resuming": StateResuming, "sb-creating": StateCreating} {
-		if err := st.PutSandbox(ctx, store.Sandbox{ID: id, State: string(state), VCPUs: 1, MemoryMiB: 256,
-			Dir: filepath.Join(data, "sandboxes", id), CreatedAt: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := reapStore(t, data, map[string]State{"sb-resuming": StateResuming, "sb-creating": StateCreating})
 	cg := &listedCgroups{ids: []string{"sb-resuming", "sb-creating", "sb-orphan"}}
 	r := &reaper{cgroups: cg, store: st, dataDir: data, log: slog.New(slog.DiscardHandler),
 		owned: func() map[string]bool { return map[string]bool{} }, killVM: func(string, string) {}}
@@ -63,15 +72,7 @@ func TestReaperSparesResumingSandboxes(t *testing.T) {
 func TestReaperSparesHeldGroups(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	st, err := store.Open(ctx, filepath.Join(data, "agentbox.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.PutSandbox(ctx, store.Sandbox{ID: "sb-resumed", State: string(StateRunning), VCPUs: 1, MemoryMiB: 256,
-		Dir: filepath.Join(data, "sandboxes", "sb-resumed"), CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	st := reapStore(t, data, map[string]State{"sb-resumed": StateRunning})
 	cg := &listedCgroups{ids: []string{"sb-resumed"}}
 	held := &groups{}
 	_, release, err := held.hold("sb-resumed", func() (*cgroup.Group, error) { return nil, nil })
