@@ -22,14 +22,30 @@ import (
 // SerialPortName is the virtio-serial port the QEMU backend attaches.
 const SerialPortName = "agentbox.0"
 
-// YamuxConfig is the multiplexer's configuration, shared by both ends.
+// YamuxConfig is the guest end's multiplexer configuration (the host's is
+// vmm/qemu's hostYamuxConfig; the window is the same on both ends).
+//
+// It sends no keepalives, as the host's end sends none: yamux ends the
+// whole session when a ping's answer takes over ConnectionWriteTimeout, and
+// on a loaded machine (two cores, TCG, a guest streaming output at full
+// speed) or right after a restore (a ping sent before the snapshot) it can.
+// That cut every connection of the guest at once: a 200 MiB output stream
+// in the soak ended with "connection closed". A write waits for the
+// channel as long as the host's end lets a frame take (its frame stall),
+// not yamux's 10 s, for the same reason; the host's call deadlines bound a
+// guest that does not answer.
 func YamuxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.MaxStreamWindowSize = yamuxWindow
 	c.LogOutput = io.Discard
 	c.StreamOpenTimeout = 10 * time.Second
+	c.EnableKeepAlive = false
+	c.ConnectionWriteTimeout = yamuxWriteTimeout
 	return c
 }
+
+// yamuxWriteTimeout bounds how long one frame may wait to be sent.
+const yamuxWriteTimeout = time.Minute
 
 // yamuxWindow is the largest stream window, on both ends: no data frame
 // of the host's is longer.
