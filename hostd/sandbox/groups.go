@@ -11,7 +11,10 @@ import (
 // then until its box removes it. The reaper takes only a group that
 // nobody holds, and keeps the ledger locked while it does, so a create,
 // resume or fork of the same id cannot make the group again between the
-// reaper's check and its kill. (The reaper's other checks, the live set
+// reaper's check and its kill. The lock is one for all ids: while the
+// reaper takes an orphan (a kill, then a wait of at most a second for its
+// processes to go), every placement waits; orphans are rare, and a
+// placement is a few cgroup writes. (The reaper's other checks, the live set
 // and the record's state, are read at different moments: a resume that
 // registers its box between the two looked like an orphan, and its new
 // VMM was killed.)
