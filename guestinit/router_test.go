@@ -8,11 +8,12 @@ import (
 	"github.com/hashicorp/yamux"
 )
 
-// TestGuestSessionOutlivesASilentHost: the guest's session never ends on
-// its own while the host is slow to read or answer: no keepalive pings (a
+// TestGuestYamuxLeavesLivenessToTheHost: the guest's session does not end
+// itself when the host is slow to read or answer: no keepalive pings (a
 // late pong ended the whole session, and every connection on it), and a
-// frame may wait for the channel far longer than yamux's 10 s default.
-func TestGuestSessionOutlivesASilentHost(t *testing.T) {
+// frame may wait for the channel far longer than yamux's 10 s default. The
+// config also carries a stream both ways.
+func TestGuestYamuxLeavesLivenessToTheHost(t *testing.T) {
 	c := YamuxConfig()
 	if c.EnableKeepAlive {
 		t.Error("the guest's session sends keepalives: a pong late by ConnectionWriteTimeout ends it")

@@ -52,21 +52,14 @@ func (g *groups) release(id string) {
 
 // holds reports whether id is held.
 func (g *groups) holds(id string) bool {
-	if g == nil {
-		return false
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.held[id] > 0
 }
 
 // unheld runs reap, with the ledger locked, if nobody holds id, and
-// reports whether it ran. A nil ledger holds nothing.
+// reports whether it ran.
 func (g *groups) unheld(id string, reap func()) bool {
-	if g == nil {
-		reap()
-		return true
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.held[id] > 0 {

@@ -28,7 +28,7 @@ type reaper struct {
 	// start time; adopt.go).
 	killVM func(id, dir string)
 	// held is the ledger of the cgroups that sandboxes hold (groups.go):
-	// the reaper never takes one of those (nil: none are).
+	// the reaper never takes one of those.
 	held *groups
 }
 

@@ -57,7 +57,7 @@ func TestReaperSparesResumingSandboxes(t *testing.T) {
 	data := t.TempDir()
 	st := reapStore(t, data, map[string]State{"sb-resuming": StateResuming, "sb-creating": StateCreating})
 	cg := &listedCgroups{ids: []string{"sb-resuming", "sb-creating", "sb-orphan"}}
-	r := &reaper{cgroups: cg, store: st, dataDir: data, log: slog.New(slog.DiscardHandler),
+	r := &reaper{cgroups: cg, store: st, dataDir: data, log: slog.New(slog.DiscardHandler), held: &groups{},
 		owned: func() map[string]bool { return map[string]bool{} }, killVM: func(string, string) {}}
 	r.reapOnce(ctx, r.reapOnce(ctx, map[string]bool{}))
 	if !slices.Equal(cg.removed, []string{"sb-orphan"}) {

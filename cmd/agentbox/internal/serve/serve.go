@@ -66,7 +66,7 @@ func Command() *cli.Command {
 				Sources: cli.EnvVars("AGENTBOX_DRAIN_ON_EXIT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM, how long requests in flight may finish before they are cut",
 				Sources: cli.EnvVars("AGENTBOX_SHUTDOWN_TIMEOUT")},
-			&cli.DurationFlag{Name: "reap-interval", Value: time.Minute, Usage: "how often the reaper looks for orphaned VMMs, cgroups and sandbox directories",
+			&cli.DurationFlag{Name: "reap-interval", Usage: "how often the reaper looks for orphaned VMMs, cgroups and sandbox directories (0: hostd's default, 1m)",
 				Sources: cli.EnvVars("AGENTBOX_REAP_INTERVAL")},
 			&cli.StringFlag{Name: "registry-auth-file", Usage: "Docker config `FILE` with registry credentials for image templates"},
 		},
