@@ -175,20 +175,25 @@ func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Optio
 	if opts.Kind == "" {
 		opts.Kind = KindSnapshot
 	}
+	ph := e.phases(src.SandboxID)
 	// A flush barrier: freeze writes everything out, thaw at once, so the
 	// saved memory holds no frozen filesystem.
 	if err := errors.Join(f.Freeze(ctx), f.Thaw(ctx)); err != nil {
 		return Record{}, fmt.Errorf("snapshot: flush guest filesystems: %w", err)
 	}
+	ph("flush")
 	if opts.BeforePause != nil {
 		opts.BeforePause(ctx)
+		ph("drain")
 	}
 	if err := src.VM.Pause(ctx); err != nil {
 		return Record{}, fmt.Errorf("snapshot: pause: %w", err)
 	}
-	sn, err := e.capture(ctx, src, opts)
+	ph("pause")
+	sn, err := e.capture(ctx, src, opts, ph)
 	if !opts.StayPaused {
 		err = errors.Join(err, src.VM.Resume(context.WithoutCancel(ctx)))
+		ph("resume")
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("snapshot: capture %s: %w", src.SandboxID, err)
@@ -197,8 +202,20 @@ func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Optio
 	return sn, nil
 }
 
+// phases returns a function that logs, at each call, how long the phase
+// it names took since the last call, as the "create phase" debug records
+// of hostd (path "capture"; `make bench` prints them).
+func (e *Engine) phases(id string) func(name string) {
+	last := time.Now()
+	return func(name string) {
+		now := time.Now()
+		e.log.Debug("create phase", "sandbox_id", id, "path", "capture", "phase", name, "took", now.Sub(last))
+		last = now
+	}
+}
+
 // capture writes the snapshot of src's paused VM.
-func (e *Engine) capture(ctx context.Context, src *Source, opts Options) (Record, error) {
+func (e *Engine) capture(ctx context.Context, src *Source, opts Options, ph func(string)) (Record, error) {
 	sn := Record{ID: "sn-" + randomHex(6), Kind: opts.Kind, SandboxID: src.SandboxID, ParentID: src.ParentID,
 		VCPUs: src.VCPUs, MemoryMiB: src.MemoryMiB, Env: src.Env, Cwd: src.Cwd, User: src.User, Backend: e.cfg.Backend,
 		CacheKey: opts.CacheKey, CreatedAt: time.Now().UTC()}
@@ -210,15 +227,14 @@ func (e *Engine) capture(ctx context.Context, src *Source, opts Options) (Record
 		os.RemoveAll(sn.Dir)
 		return sn, err
 	}
-	t0 := time.Now()
 	if err := e.freezeDisk(ctx, src, sn); err != nil {
 		return fail(err)
 	}
-	t1 := time.Now()
+	ph("disk")
 	if err := src.VM.Snapshot(ctx, sn.Dir); err != nil {
 		return fail(err)
 	}
-	e.log.Debug("snapshot captured", "sandbox_id", src.SandboxID, "snapshot_id", sn.ID, "disk", t1.Sub(t0), "state", time.Since(t1))
+	ph("vm_snapshot")
 	names, size, err := dirFiles(sn.Dir)
 	if err != nil {
 		return fail(err)
@@ -237,6 +253,7 @@ func (e *Engine) capture(ctx context.Context, src *Source, opts Options) (Record
 	if err := e.cfg.Store.PutSnapshot(ctx, sn); err != nil {
 		return fail(err)
 	}
+	ph("record")
 	return sn, nil
 }
 
