@@ -5,9 +5,11 @@ package disk
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +38,16 @@ func CreateOverlay(ctx context.Context, base, path string, size int64) error {
 	if b, ok := overlays.get(key); ok {
 		return writeNew(path, b)
 	}
+	// A base never seen (a snapshot's fresh layer, at every fork) gets a
+	// fresh overlay of another base of the same virtual size, renamed.
+	virtual, vok := virtualSize(abs)
+	shape := overlayKey{size: size, baseSize: virtual}
+	if b, ok := overlays.get(shape); ok && vok {
+		if nb, err := rebase(b, abs); err == nil {
+			overlays.put(key, nb)
+			return writeNew(path, nb)
+		}
+	}
 	args := []string{"create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", abs, "-o", "cluster_size=65536", path}
 	if size > 0 {
 		args = append(args, strconv.FormatInt(size, 10))
@@ -45,11 +57,66 @@ func CreateOverlay(ctx context.Context, base, path string, size int64) error {
 	}
 	if b, err := os.ReadFile(path); err == nil && len(b) <= maxCachedOverlay {
 		overlays.put(key, b)
+		if _, err := rebase(b, abs); err == nil && vok {
+			overlays.put(shape, b)
+		}
 	}
 	return nil
 }
 
-// overlayKey names the fresh overlays that are alike.
+// qcow2 header fields (big-endian; the qcow2 spec in QEMU's docs):
+// magic at 0, the backing file name's offset (u64) at 8 and length (u32)
+// at 16, cluster_bits (u32) at 20, the virtual size (u64) at 24.
+const (
+	qcowMagic       = "QFI\xfb"
+	qcowHeaderBytes = 32
+)
+
+// virtualSize reads the virtual size of the qcow2 image at path from its
+// header; ok is false for a file that is not qcow2.
+func virtualSize(path string) (int64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	h := make([]byte, qcowHeaderBytes)
+	if _, err := io.ReadFull(f, h); err != nil || string(h[:4]) != qcowMagic {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(h[24:32])), true
+}
+
+// rebase returns a copy of fresh, a fresh overlay that qemu-img made, with
+// its backing file renamed to base. Two fresh overlays of the same size and
+// backing format differ only there: qemu-img writes the name last in the
+// first cluster, after the header and its extensions, and leaves the rest
+// of that cluster zero. rebase checks that layout and refuses anything else.
+func rebase(fresh []byte, base string) ([]byte, error) {
+	if len(fresh) < qcowHeaderBytes || string(fresh[:4]) != qcowMagic {
+		return nil, errors.New("disk: not a qcow2 overlay")
+	}
+	off := binary.BigEndian.Uint64(fresh[8:16])
+	n := uint64(binary.BigEndian.Uint32(fresh[16:20]))
+	bits := binary.BigEndian.Uint32(fresh[20:24])
+	if bits < 9 || bits > 21 || off < qcowHeaderBytes || n == 0 {
+		return nil, errors.New("disk: not a fresh overlay with a backing file")
+	}
+	cluster := uint64(1) << bits
+	if off+n > cluster || off+uint64(len(base)) > cluster || uint64(len(fresh)) < cluster ||
+		len(bytes.TrimLeft(fresh[off+n:cluster], "\x00")) != 0 {
+		return nil, errors.New("disk: the backing file name is not last in the first cluster")
+	}
+	out := bytes.Clone(fresh)
+	clear(out[off : off+n])
+	copy(out[off:], base)
+	binary.BigEndian.PutUint32(out[16:20], uint32(len(base)))
+	return out, nil
+}
+
+// overlayKey names the fresh overlays that are alike: of one base (at its
+// size and time), or, with base empty, of any base of virtual size
+// baseSize (to be renamed by rebase).
 type overlayKey struct {
 	base              string
 	size              int64
