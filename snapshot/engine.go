@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -176,12 +177,14 @@ func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Optio
 		opts.Kind = KindSnapshot
 	}
 	ph := e.phases(src.SandboxID)
-	// A flush barrier: freeze writes everything out, thaw at once, so the
-	// saved memory holds no frozen filesystem.
-	if err := errors.Join(f.Freeze(ctx), f.Thaw(ctx)); err != nil {
-		return Record{}, fmt.Errorf("snapshot: flush guest filesystems: %w", err)
+	if needsFlush(src.VM, opts.Kind) {
+		// A flush barrier: freeze writes everything out, thaw at once, so
+		// the saved memory holds no frozen filesystem.
+		if err := errors.Join(f.Freeze(ctx), f.Thaw(ctx)); err != nil {
+			return Record{}, fmt.Errorf("snapshot: flush guest filesystems: %w", err)
+		}
+		ph("flush")
 	}
-	ph("flush")
 	if opts.BeforePause != nil {
 		opts.BeforePause(ctx)
 		ph("drain")
@@ -200,6 +203,17 @@ func (e *Engine) Capture(ctx context.Context, src *Source, f Flusher, opts Optio
 	}
 	e.log.Info("snapshot taken", "sandbox_id", src.SandboxID, "snapshot_id", sn.ID, "kind", sn.Kind, "size", sn.SizeBytes)
 	return sn, nil
+}
+
+// needsFlush reports whether a capture of kind from vm flushes the guest's
+// filesystems first. A snapshot's disk layer must stand on its own, as a
+// template's base or a disk that outlives its memory. A fork's need not:
+// its children start from its memory and its disk together, as they were
+// at the pause, and a VMM that switches disks writes its own caches out as
+// the layer becomes a backing file.
+func needsFlush(vm vmm.VM, kind string) bool {
+	_, switches := vm.(vmm.DiskSwitcher)
+	return kind != KindFork || !switches
 }
 
 // phases returns a function that logs, at each call, how long the phase
@@ -235,6 +249,17 @@ func (e *Engine) capture(ctx context.Context, src *Source, opts Options, ph func
 		return fail(err)
 	}
 	ph("vm_snapshot")
+	// A snapshot is on stable storage before it is answered. A fork's is
+	// not synced: its children restore from the page cache, and the kernel
+	// writes it back. Its marker says so (rebuildManifest).
+	persist := SyncVMFiles
+	if opts.Kind == KindFork {
+		persist = markUnsynced
+	}
+	if err := persist(sn.Dir); err != nil {
+		return fail(err)
+	}
+	ph("sync")
 	names, size, err := dirFiles(sn.Dir)
 	if err != nil {
 		return fail(err)
@@ -286,6 +311,81 @@ func (e *Engine) freezeDisk(ctx context.Context, src *Source, sn Record) error {
 	}
 	src.Overlay, src.ParentID = next, sn.ID
 	return nil
+}
+
+// unsyncedFile marks a snapshot whose files were left to the page cache (a
+// fork's): it holds the boot id of the host that wrote them.
+const unsyncedFile = "unsynced"
+
+// bootIDPath is where Linux says which boot this is.
+var bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// markUnsynced writes dir's unsynced marker, on stable storage before the
+// snapshot is recorded: a snapshot of the same boot is still whole in the
+// page cache after a hostd crash, and one of an earlier boot may be torn.
+func markUnsynced(dir string) error {
+	id, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return fmt.Errorf("snapshot: boot id: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, unsyncedFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(bytes.TrimSpace(id))
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return syncPath(dir)
+}
+
+// syncedOrSameBoot lets rebuildManifest sum the files of dir: they were
+// synced at the capture, or they were left to the page cache in this boot
+// and are synced now. Files of an earlier boot that were never synced may
+// be torn, and are refused.
+func syncedOrSameBoot(dir string) error {
+	mark, err := os.ReadFile(filepath.Join(dir, unsyncedFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	id, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return fmt.Errorf("snapshot: boot id: %w", err)
+	}
+	if !bytes.Equal(bytes.TrimSpace(mark), bytes.TrimSpace(id)) {
+		return errors.New("the host restarted before the snapshot's files reached the disk")
+	}
+	return SyncVMFiles(dir)
+}
+
+// SyncVMFiles puts the files that a VM's Snapshot wrote into dir (all but
+// the disk layer) and dir itself on stable storage: vmm.VM.Snapshot leaves
+// them to the page cache, so that a fork need not wait for the disk.
+func SyncVMFiles(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		if ent.Name() == LayerFile || !ent.Type().IsRegular() {
+			continue
+		}
+		if err := syncPath(filepath.Join(dir, ent.Name())); err != nil {
+			return err
+		}
+	}
+	return syncPath(dir)
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
 }
 
 // freeze makes a frozen layer read-only and hands it back to hostd's user:
@@ -488,6 +588,9 @@ func (e *Engine) rebuildManifest(sn Record) error {
 		return err
 	}
 	os.Remove(filepath.Join(sn.Dir, ManifestFile+".tmp")) // a Write cut short
+	if err := syncedOrSameBoot(sn.Dir); err != nil {
+		return err
+	}
 	names, _, err := dirFiles(sn.Dir)
 	if err != nil {
 		return err

@@ -80,3 +80,61 @@ func TestSweepRebuildsMissingManifest(t *testing.T) {
 		t.Fatalf("orphan dir kept: %v", err)
 	}
 }
+
+// TestSweepUnsyncedFork: a fork's snapshot is left to the page cache, with
+// a marker naming the boot. After a hostd crash (the same boot) Sweep
+// syncs and sums it; after the host restarted (another boot id) its files
+// may be torn, and it stays without a manifest: refused, never booted.
+func TestSweepUnsyncedFork(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		bootAfter string
+		usable    bool
+	}{
+		{"hostd crashed", "boot-a", true},
+		{"host restarted", "boot-b", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			boot := filepath.Join(dir, "boot_id")
+			old := bootIDPath
+			bootIDPath = boot
+			t.Cleanup(func() { bootIDPath = old })
+			if err := os.WriteFile(boot, []byte("boot-a\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st := &memStore{recs: map[string]Record{}}
+			sn := Record{ID: "sn-f", Kind: KindFork, Dir: filepath.Join(dir, "sn-f"), Backend: "qemu"}
+			if err := os.MkdirAll(sn.Dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for name, data := range map[string]string{LayerFile: "layer", "memory": "guest memory", "state": "devices"} {
+				if err := os.WriteFile(filepath.Join(sn.Dir, name), []byte(data), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := markUnsynced(sn.Dir); err != nil {
+				t.Fatal(err)
+			}
+			_ = st.PutSnapshot(ctx, sn)
+			if err := os.WriteFile(boot, []byte(tc.bootAfter+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e, err := New(Config{Dir: dir, Backend: "qemu", Store: st, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err = NewChecker().Verify(sn.Dir)
+			if tc.usable && err != nil {
+				t.Fatalf("after a hostd crash: %v, want it usable", err)
+			}
+			if !tc.usable && !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("after a host restart: %v, want it refused", err)
+			}
+		})
+	}
+}

@@ -199,7 +199,9 @@ type VM interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 	// Snapshot writes the paused VM's memory and device state into dir (which
-	// must exist and be empty). Disks are the caller's to freeze.
+	// must exist and be empty). Disks are the caller's to freeze. The files
+	// may still be in the page cache when it returns: a caller that needs
+	// them to outlive a host crash syncs them.
 	Snapshot(ctx context.Context, dir string) error
 	// Stop ends the VM: a graceful request, then SIGTERM, then SIGKILL, each
 	// given a few seconds. When ctx ends, the graceful steps left are skipped

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/internal/fault"
+	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -126,6 +127,9 @@ func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
 		return err
 	}
 	if err := b.vm.Snapshot(ctx, dir); err != nil {
+		return err
+	}
+	if err := snapshot.SyncVMFiles(dir); err != nil { // the VM ends next
 		return err
 	}
 	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd, User: b.user})

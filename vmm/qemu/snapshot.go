@@ -112,7 +112,7 @@ func (vm *VM) Snapshot(ctx context.Context, dir string) error {
 		vm.phase("vmm_memory", start)
 	}
 	b, _ := json.Marshal(meta)
-	return writeSynced(filepath.Join(dir, snapMeta), b)
+	return os.WriteFile(filepath.Join(dir, snapMeta), b, 0o644)
 }
 
 // phase logs a step of Snapshot as hostd's "create phase" debug records
@@ -134,10 +134,7 @@ func (vm *VM) migrateTo(ctx context.Context, path string) error {
 	if _, err := vm.qmp.run(ctx, "migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
 		return err
 	}
-	if err := vm.waitMigration(ctx, "query-migrate"); err != nil {
-		return err
-	}
-	return f.Sync()
+	return vm.waitMigration(ctx, "query-migrate")
 }
 
 // waitMigration polls until a migration has completed or failed.
@@ -280,21 +277,18 @@ func copySparse(path string, src *os.File, size int64) error {
 	if err != nil {
 		return err
 	}
-	defer dst.Close()
 	if err := copyExtents(dst, src, size); err != nil {
+		dst.Close()
 		return err
 	}
-	if err := dst.Truncate(size); err != nil {
-		return err
-	}
-	return dst.Sync()
+	return errors.Join(dst.Truncate(size), dst.Close())
 }
 
 // copyExtents copies the data extents of src's first size bytes into dst at
 // the same offsets, skipping its holes (SEEK_DATA/SEEK_HOLE).
-func copyExtents(dst io.WriterAt, src *os.File, size int64) error {
+func copyExtents(dst, src *os.File, size int64) error {
 	fd := int(src.Fd())
-	buf := make([]byte, 1<<20)
+	var buf []byte // for copyRange's fallback
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
@@ -307,7 +301,7 @@ func copyExtents(dst io.WriterAt, src *os.File, size int64) error {
 		if err != nil {
 			return fmt.Errorf("seek hole: %w", err)
 		}
-		if _, err := io.CopyBuffer(io.NewOffsetWriter(dst, data), io.NewSectionReader(src, data, hole-data), buf); err != nil {
+		if err := copyRange(dst, src, data, hole, &buf); err != nil {
 			return err
 		}
 		off = hole
@@ -315,11 +309,29 @@ func copyExtents(dst io.WriterAt, src *os.File, size int64) error {
 	return nil
 }
 
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+// copyRange copies bytes [from, to) of src into dst at the same offsets, in
+// the kernel (sendfile: no copy through user space), or through *buf where
+// the kernel cannot.
+func copyRange(dst, src *os.File, from, to int64, buf *[]byte) error {
+	if _, err := dst.Seek(from, io.SeekStart); err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	return errors.Join(err, f.Sync(), f.Close())
+	for in := from; in < to; {
+		n, err := unix.Sendfile(int(dst.Fd()), int(src.Fd()), &in, int(min(to-in, 1<<30)))
+		switch {
+		case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
+			continue
+		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
+			if *buf == nil {
+				*buf = make([]byte, 1<<20)
+			}
+			_, err = io.CopyBuffer(io.NewOffsetWriter(dst, in), io.NewSectionReader(src, in, to-in), *buf)
+			return err
+		case err != nil:
+			return err
+		case n == 0:
+			return fmt.Errorf("copy: %w at %d of %d", io.ErrUnexpectedEOF, in, to)
+		}
+	}
+	return nil
 }
