@@ -220,7 +220,7 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 	}
 	s.pid = cmd.Process.Pid
 	e.add(s)
-	e.log.Info("exec started", "exec_id", s.id, "pid", s.pid, "argv0", argv[0])
+	e.log.Debug("exec started", "exec_id", s.id, "pid", s.pid, "argv0", argv[0])
 	go e.watch(s, exit, pipes)
 	return s, nil
 }
@@ -415,7 +415,7 @@ func (e *Exec) watch(s *session, exit <-chan ExitStatus, p *pipeSet) {
 	s.mu.Unlock()
 	s.out.close()
 	close(s.done)
-	e.log.Info("exec exited", "exec_id", s.id, "pid", s.pid, "exit_code", st.Code, "signal", int(st.Signal))
+	e.log.Debug("exec exited", "exec_id", s.id, "pid", s.pid, "exit_code", st.Code, "signal", int(st.Signal))
 }
 
 func pump(wg *sync.WaitGroup, r io.Reader, out *outputLog, kind agentv1.OutputKind) {

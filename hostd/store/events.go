@@ -56,6 +56,10 @@ type EventQuery struct {
 	Limit int
 }
 
+// insertEvent is AddEvents' statement (Store.addEvent).
+const insertEvent = `INSERT INTO events (sandbox_id, time, type, trace_id, span_id, api_key, data)
+	VALUES (?, ?, ?, ?, ?, ?, ?)`
+
 // AddEvents appends events in one transaction and sets their ids.
 func (s *Store) AddEvents(ctx context.Context, evs []Event) error {
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -63,14 +67,14 @@ func (s *Store) AddEvents(ctx context.Context, evs []Event) error {
 		return fmt.Errorf("store: add events: %w", err)
 	}
 	defer tx.Rollback()
+	ins := tx.StmtContext(ctx, s.addEvent)
 	for i := range evs {
 		e := &evs[i]
 		data := e.Data
 		if len(data) == 0 {
 			data = []byte("{}")
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO events (sandbox_id, time, type, trace_id, span_id, api_key, data)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, e.SandboxID, e.Time.UnixNano(), e.Type, e.TraceID, e.SpanID, e.APIKey, string(data))
+		res, err := ins.ExecContext(ctx, e.SandboxID, e.Time.UnixNano(), e.Type, e.TraceID, e.SpanID, e.APIKey, string(data))
 		if err != nil {
 			return fmt.Errorf("store: add event: %w", err)
 		}

@@ -23,6 +23,9 @@ const busyTimeoutMS = 5000
 // Store is hostd's database. Its methods are safe for concurrent use.
 type Store struct {
 	db *sql.DB
+	// addEvent is AddEvents' insert, prepared once: the flight recorder
+	// adds events on every exec's path.
+	addEvent *sql.Stmt
 }
 
 // Open opens (creating if needed) the database at path and migrates its
@@ -51,12 +54,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("store: migrate %s: %w", path, err), db.Close())
 	}
+	if s.addEvent, err = db.PrepareContext(ctx, insertEvent); err != nil {
+		return nil, errors.Join(fmt.Errorf("store: %w", err), db.Close())
+	}
 	return s, nil
 }
 
 // Close closes the database.
 func (s *Store) Close() error {
-	return s.db.Close()
+	return errors.Join(s.addEvent.Close(), s.db.Close())
 }
 
 // migrations are applied in order; migrations[i] takes the schema from
