@@ -14,6 +14,9 @@ import (
 // Hypervisor when its binary exists and KVM really boots a guest, and QEMU
 // otherwise; QEMU's accelerator is probed the same way unless cfg.Accel says.
 func chooseDriver(ctx context.Context, cfg Config) (vmm.Driver, api.HealthInfo, error) {
+	if cfg.Driver != nil {
+		return cfg.Driver, api.HealthInfo{VMM: cfg.Driver.Name(), Accel: "none"}, nil
+	}
 	if !validVMM[cfg.VMM] {
 		return nil, api.HealthInfo{}, fmt.Errorf("hostd: vmm %q: want auto, qemu or cloud-hypervisor", cfg.VMM)
 	}

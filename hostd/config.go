@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // DefaultListen is where hostd listens unless told otherwise.
@@ -37,6 +38,14 @@ type Config struct {
 	Images ImageConfig
 	// VMM is auto, qemu or cloud-hypervisor.
 	VMM string
+	// Driver, if set, is the VMM driver to use as it is, and VMM and Accel
+	// are not read: an embedder's own backend (`make bench` runs a hostd
+	// over vmmtest's in-process driver, the agent without an emulator).
+	Driver vmm.Driver
+	// NoCgroups runs sandboxes without VMM cgroups, as on a host that has
+	// none (no CPU quota or host memory caps): for a Driver whose VMs are
+	// not processes.
+	NoCgroups bool
 	// Accel is auto, kvm or tcg (QEMU).
 	Accel string
 	// TCGTBSizeMiB, if set, bounds each QEMU's TCG translation cache

@@ -32,6 +32,10 @@ func instanceName(cfg Config) string {
 // host has no usable cgroups: sandboxes then run without CPU quota and
 // host memory caps, and requests for them are refused.
 func openCgroups(cfg Config, log *slog.Logger) (*cgroup.Manager, error) {
+	if cfg.NoCgroups {
+		log.Info("no cgroups: turned off by the config")
+		return nil, nil
+	}
 	cg, err := cgroup.New(instanceName(cfg))
 	if errors.Is(err, cgroup.ErrUnavailable) {
 		log.Warn("no cgroups: VMM processes run without CPU and memory caps", "err", err)

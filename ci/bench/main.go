@@ -39,12 +39,16 @@ type env struct {
 	ph *phases
 	// url and key reach the hostd's API directly (metrics).
 	url, key string
+	// emu are the p50s under the emulator that benchNative's rows are put
+	// beside: create, restore, fork, exec, stat.
+	emu map[string]time.Duration
 }
 
 // options are the bench's flags.
 type options struct {
 	boots, execs, requests, density                  int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
+	nativeOnly                                       bool
 	jsonOut                                          string
 	densityLimit                                     time.Duration
 }
@@ -58,6 +62,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.recOnly, "recorder-only", false, "run only the flight recorder's cost")
 	flag.BoolVar(&o.mountsOnly, "mounts-only", false, "run only the mounts' throughput")
 	flag.BoolVar(&o.coreOnly, "core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
+	flag.BoolVar(&o.nativeOnly, "native-only", false, "run only the native-agent figures (no emulator)")
 	flag.BoolVar(&o.guestNet, "guest", false, "with -network-only: also the downloads from inside a sandbox")
 	flag.StringVar(&o.jsonOut, "json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
 	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
@@ -93,7 +98,15 @@ func run(t *table) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e := &env{t: t, p: p}
+	e := &env{t: t, p: p, emu: map[string]time.Duration{}}
+	if o.nativeOnly {
+		nat, err := benchNative(ctx, e, o.execs)
+		if err != nil {
+			return err
+		}
+		nat.addTo(t, e.emu)
+		return done()
+	}
 	if !o.recOnly && o.density == 0 {
 		fl, err := measureFloors(ctx, o.boots, p)
 		if err != nil {
@@ -141,6 +154,11 @@ func run(t *table) error {
 	if err := benchBasePool(ctx, e); err != nil {
 		return err
 	}
+	nat, err := benchNative(ctx, e, o.execs)
+	if err != nil {
+		return fmt.Errorf("native agent: %w", err)
+	}
+	nat.addTo(t, e.emu)
 	if o.coreOnly {
 		return done()
 	}

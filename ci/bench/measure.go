@@ -48,21 +48,27 @@ func benchBoot(ctx context.Context, e *env, n int) (time.Duration, error) {
 	e.t.dur(fmt.Sprintf("create without a template (base snapshot restore) → agent ready, p50 of %d", n), pct(base, 0.5), "bare clone", e.fl.clone,
 		"≤ 400 ms", "min "+ms(pct(base, 0))+", max "+ms(pct(base, 1)))
 	e.t.addPhases("base restore", e.ph)
+	e.emu["create"] = pct(base, 0.5)
 	return pct(cold, 0.5), nil
 }
 
 // creates times n creates of req (deleting each).
 func (e *env) creates(ctx context.Context, what string, n int, req client.CreateSandboxRequest) ([]time.Duration, error) {
+	return e.createsOn(ctx, e.c, what, n, req)
+}
+
+// createsOn is creates on the hostd of c.
+func (e *env) createsOn(ctx context.Context, c *client.Client, what string, n int, req client.CreateSandboxRequest) ([]time.Duration, error) {
 	var d []time.Duration
 	for i := range n {
 		e.p.step(fmt.Sprintf("%s %d/%d", what, i+1, n))
 		start := time.Now()
-		sb, err := e.c.CreateSandbox(ctx, req)
+		sb, err := c.CreateSandbox(ctx, req)
 		if err != nil {
 			return nil, err
 		}
 		d = append(d, time.Since(start))
-		if err := e.c.DeleteSandbox(ctx, sb.ID); err != nil {
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -91,6 +97,7 @@ func benchExec(ctx context.Context, e *env, sb client.Sandbox, n int) error {
 		local = append(local, time.Since(start))
 	}
 	p50, p99, l50 := pct(guest, 0.5), pct(guest, 0.99), pct(local, 0.5)
+	e.emu["exec"] = p50
 	e.t.dur(fmt.Sprintf("exec `true` round trip (API), p50 of %d", n), p50, "`true` in the guest", floor, "≤ 1.3× floor", "p99 "+ms(p99))
 	e.t.dur("local fork/exec of `true` on the host, p50", l50, "", 0, "", "baseline, same run")
 	return execBreakdown(ctx, e, sb, n, p50)
@@ -111,6 +118,7 @@ func execBreakdown(ctx context.Context, e *env, sb client.Sandbox, n int, exec50
 		stat = append(stat, time.Since(start))
 	}
 	s50 := pct(stat, 0.5)
+	e.emu["stat"] = s50
 	e.t.dur(fmt.Sprintf("  one agent call through the API (stat /), p50 of %d", n), s50, "raw channel round trip", e.fl.rtt, "", "p99 "+ms(pct(stat, 0.99)))
 	rest := exec50 - s50 - e.fl.guestTrue
 	e.t.dur("  exec beyond one agent call and the guest's spawn of `true`", rest, "", 0, "",

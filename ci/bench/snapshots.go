@@ -77,6 +77,7 @@ func (s *snapshotBench) restore(ctx context.Context, _ client.Sandbox, sn client
 	if err != nil {
 		return err
 	}
+	s.e.emu["restore"] = p50
 	s.t.dur("restore a snapshot → agent ready, p50 of 5", p50, "bare restore", s.e.fl.restore, "≤ 1.5× floor", s.ratio(p50))
 	s.t.addPhases("restore", s.e.ph)
 	return nil
@@ -92,6 +93,7 @@ func (s *snapshotBench) fork(ctx context.Context, src client.Sandbox, _ client.S
 	if err != nil {
 		return err
 	}
+	s.e.emu["fork"] = p50
 	s.t.dur("fork 1 from a running sandbox (capture + restore), p50 of 3", p50, "bare clone", s.e.fl.clone, "≤ 2× floor", s.ratio(p50))
 	s.t.addPhases("fork", s.e.ph)
 	return nil
