@@ -201,6 +201,40 @@ func TestCaptureSwitchesDiskAndResumes(t *testing.T) {
 	}
 }
 
+// TestCaptureOfAFork: a fork's capture of a VM that switches disks skips
+// the guest flush (its children take memory and disk together) and leaves
+// its files unsynced, with the boot's marker; a snapshot does neither.
+func TestCaptureOfAFork(t *testing.T) {
+	for _, tc := range []struct {
+		kind            string
+		flushes, marked bool
+	}{
+		{snapshot.KindFork, false, true},
+		{snapshot.KindSnapshot, true, false},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			r := newRig(t)
+			_, src := r.boot("sb-" + tc.kind)
+			f := &flusher{}
+			sn, err := r.e.Capture(context.Background(), src, f, snapshot.Options{Kind: tc.kind})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.freezes == 1 && f.thaws == 1; got != tc.flushes || (!got && f.freezes+f.thaws != 0) {
+				t.Errorf("%d freezes, %d thaws; want a flush: %v", f.freezes, f.thaws, tc.flushes)
+			}
+			_, err = os.Stat(filepath.Join(sn.Dir, "unsynced"))
+			if marked := err == nil; marked != tc.marked {
+				t.Errorf("unsynced marker: %v, want it: %v", err, tc.marked)
+			}
+			r.e.Close()
+			if err := snapshot.NewChecker().Verify(sn.Dir); err != nil {
+				t.Errorf("verify: %v", err)
+			}
+		})
+	}
+}
+
 func TestCaptureStaysPausedAndFailsCleanly(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()

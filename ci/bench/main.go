@@ -49,7 +49,7 @@ type options struct {
 	boots, execs, requests, density                  int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
 	nativeOnly                                       bool
-	jsonOut                                          string
+	jsonOut, compareOld                              string
 	densityLimit                                     time.Duration
 }
 
@@ -64,6 +64,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.coreOnly, "core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
 	flag.BoolVar(&o.nativeOnly, "native-only", false, "run only the native-agent figures (no emulator)")
 	flag.BoolVar(&o.guestNet, "guest", false, "with -network-only: also the downloads from inside a sandbox")
+	flag.StringVar(&o.compareOld, "compare", "", "print the figures of the run in this JSON file beside those of -json's file, and exit")
 	flag.StringVar(&o.jsonOut, "json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
 	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
 	flag.IntVar(&o.density, "density", 0, "run only the density bench: start this many sandboxes from one template")
@@ -74,6 +75,9 @@ func parseFlags() options {
 
 func run(t *table) error {
 	o := parseFlags()
+	if o.compareOld != "" {
+		return compare(os.Stdout, o.compareOld, o.jsonOut)
+	}
 	p := &progress{start: time.Now(), w: os.Stderr}
 	done := func() error {
 		t.print(os.Stdout)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,13 @@ func (t *table) print(w io.Writer) {
 	for _, f := range t.figs {
 		rows = append(rows, []string{f.Name, f.Text, f.floorText(), f.ratioText(), f.Goal, f.Note})
 	}
+	printRows(w, rows, 1, 3)
+}
+
+// printRows prints rows (the first is the header) as a Markdown table,
+// the columns in right aligned to the right.
+func printRows(w io.Writer, rows [][]string, right ...int) {
+	cols := rows[0]
 	width := make([]int, len(cols))
 	for _, r := range rows {
 		for i, c := range r {
@@ -88,7 +96,7 @@ func (t *table) print(w io.Writer) {
 		var b strings.Builder
 		for i, c := range r {
 			pad := width[i] - len([]rune(c))
-			if i == 1 || i == 3 {
+			if slices.Contains(right, i) {
 				fmt.Fprintf(&b, "| %s%s ", strings.Repeat(" ", pad), c)
 			} else {
 				fmt.Fprintf(&b, "| %s%s ", c, strings.Repeat(" ", pad))
