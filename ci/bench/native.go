@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,27 +98,15 @@ func nativeExec(ctx context.Context, c *client.Client, id string, n int) (api, l
 	return api, local, err
 }
 
-// nativeFiles writes and reads 64 MiB through the API; the in-process
-// agent puts the file in a scratch directory of the host.
+// nativeFiles is fileRates into a scratch directory of the host, where the
+// in-process agent puts the file.
 func nativeFiles(ctx context.Context, c *client.Client, id string) (w, r float64, err error) {
 	dir, err := os.MkdirTemp("", "ab-native-files-")
 	if err != nil {
 		return 0, 0, err
 	}
 	defer os.RemoveAll(dir)
-	data := make([]byte, 64<<20)
-	rand.Read(data)
-	path := filepath.Join(dir, "bench.bin")
-	start := time.Now()
-	if err := c.WriteFile(ctx, id, path, 0o644, bytes.NewReader(data)); err != nil {
-		return 0, 0, err
-	}
-	w = 64 / time.Since(start).Seconds()
-	start = time.Now()
-	if err := c.ReadFile(ctx, id, path, io.Discard); err != nil {
-		return 0, 0, err
-	}
-	return w, 64 / time.Since(start).Seconds(), nil
+	return fileRates(ctx, c, id, filepath.Join(dir, "bench.bin"))
 }
 
 // timedN runs fn n times and returns the p50.
