@@ -163,10 +163,17 @@ func (b *box) current() *agentclient.Client {
 	return b.agent
 }
 
-// connect dials b's agent within timeout; on failure it stops the VM.
+// connect dials a booting guest's agent within timeout, in attempts of
+// bootAttempt; on failure it stops the VM.
 func (b *box) connect(ctx context.Context, timeout time.Duration) error {
-	return b.connectTries(ctx, timeout, 0)
+	return b.connectTries(ctx, timeout, bootAttempt)
 }
+
+// bootAttempt bounds one connection to a booting guest: a boot takes 1-3 s
+// here, more on a loaded machine, and a connection that got no answer by
+// then is dropped for a fresh, padded one (once, under two VM-heavy test
+// packages, a booted guest never answered its first connection).
+const bootAttempt = 20 * time.Second
 
 // reconnect is connect for a restored or resumed VM, whose agent answers
 // at once: each connection gets connectAttempt, and one that fails or gets
