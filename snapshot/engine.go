@@ -581,8 +581,10 @@ func (e *Engine) Sweep(ctx context.Context) error {
 // is sound after a hostd crash: capture records a snapshot only once the
 // VMM has written all its files, and nothing writes them afterwards (the
 // layer is read-only and no longer the VM's disk; restored VMs map the
-// memory file privately). A snapshot whose directory is gone stays without
-// one, and its restores are refused.
+// memory file privately). After a host restart it is sound only for files
+// that were synced: a fork's unsynced ones are refused (syncedOrSameBoot).
+// A snapshot whose directory is gone stays without one, and its restores
+// are refused.
 func (e *Engine) rebuildManifest(sn Record) error {
 	if _, err := os.Stat(filepath.Join(sn.Dir, ManifestFile)); err == nil || !errors.Is(err, os.ErrNotExist) {
 		return err
