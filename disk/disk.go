@@ -42,7 +42,7 @@ func CreateOverlay(ctx context.Context, base, path string, size int64) error {
 	// fresh overlay of another base of the same virtual size, renamed.
 	virtual, vok := virtualSize(abs)
 	shape := overlayKey{size: size, baseSize: virtual}
-	if b, ok := overlays.get(shape); ok && vok {
+	if b, ok := overlays.get(shape); vok && ok {
 		if nb, err := rebase(b, abs); err == nil {
 			overlays.put(key, nb)
 			return writeNew(path, nb)
@@ -57,7 +57,7 @@ func CreateOverlay(ctx context.Context, base, path string, size int64) error {
 	}
 	if b, err := os.ReadFile(path); err == nil && len(b) <= maxCachedOverlay {
 		overlays.put(key, b)
-		if _, err := rebase(b, abs); err == nil && vok {
+		if _, err := rebase(b, abs); vok && err == nil { // a layout rebase can rename
 			overlays.put(shape, b)
 		}
 	}

@@ -34,7 +34,7 @@ func benchNative(ctx context.Context, e *env, execs int) (native, error) {
 	c, stop, err := startHostdWith(ctx, func(cfg *hostd.Config) {
 		cfg.Driver = vmmtest.NewFakeDriver(vmmtest.FakeOptions{})
 		cfg.BasePool = -1
-		cfg.NoCgroups = true // its VMs are no processes (hostd's cgroup phase is ~1 ms)
+		cfg.NoCgroups = true // its VMs are no processes (the cgroup phase is 1-2 ms under TCG)
 	})
 	if err != nil {
 		return n, err
@@ -130,7 +130,8 @@ func timedN(n int, fn func() error) (time.Duration, error) {
 }
 
 // addTo puts the native figures into the table, each beside the same
-// figure under the emulator (emu, by the names nativeRows uses).
+// figure under the emulator (emu: env.emu, by its keys create, restore,
+// fork, exec and stat).
 func (n native) addTo(t *table, emu map[string]time.Duration) {
 	row := func(name string, d time.Duration, key string) {
 		note := ""
