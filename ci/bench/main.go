@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/agentbox/agentbox/client"
@@ -49,7 +50,7 @@ type options struct {
 	boots, execs, requests, density                  int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
 	nativeOnly                                       bool
-	jsonOut, compareOld                              string
+	jsonOut, compareOld, cpuProfile                  string
 	densityLimit                                     time.Duration
 }
 
@@ -66,6 +67,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.guestNet, "guest", false, "with -network-only: also the downloads from inside a sandbox")
 	flag.StringVar(&o.compareOld, "compare", "", "print the figures of the run in this JSON file beside those of -json's file, and exit")
 	flag.StringVar(&o.jsonOut, "json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (hostd, and with -native-only the agent too) to this file")
 	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
 	flag.IntVar(&o.density, "density", 0, "run only the density bench: start this many sandboxes from one template")
 	flag.DurationVar(&o.densityLimit, "density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
@@ -79,6 +81,13 @@ func run(t *table) error {
 		return compare(os.Stdout, o.compareOld, o.jsonOut)
 	}
 	p := &progress{start: time.Now(), w: os.Stderr}
+	if o.cpuProfile != "" {
+		stop, err := startProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	done := func() error {
 		t.print(os.Stdout)
 		return t.writeJSON(o.jsonOut)
@@ -170,6 +179,20 @@ func run(t *table) error {
 		return err
 	}
 	return done()
+}
+
+// startProfile writes a CPU profile of the bench process to path until
+// the returned func is called.
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // benchRest runs what the full bench adds to -core: services, idle pause,
