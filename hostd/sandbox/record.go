@@ -47,8 +47,9 @@ const endGrace = 3 * time.Second
 // event ring.
 type execLog struct {
 	mu    sync.Mutex
-	execs map[string]*execTrack // exec id → track
-	guest guestCursor
+	execs  map[string]*execTrack // exec id → track
+	guest  guestCursor
+	pruned time.Time // the last prune
 }
 
 func (r *execLog) init() {
@@ -75,13 +76,25 @@ func (r *execLog) rename(from, to string) {
 	}
 }
 
-// prune forgets execs that ended over endGrace ago. Call with mu held.
+// prune forgets execs that ended over endGrace ago, at most every
+// endGrace/4: a walk of every track on each exec made a run of short execs
+// quadratic. Call with mu held.
 func (r *execLog) prune() {
+	now := time.Now()
+	if now.Sub(r.pruned) < endGrace/4 {
+		return
+	}
+	r.pruned = now
 	for execID, t := range r.execs {
-		if !t.ended.IsZero() && time.Since(t.ended) > endGrace {
+		if t.over(now) {
 			delete(r.execs, execID)
 		}
 	}
+}
+
+// over reports whether t ended over endGrace before now.
+func (t *execTrack) over(now time.Time) bool {
+	return !t.ended.IsZero() && now.Sub(t.ended) > endGrace
 }
 
 // find returns exec execID's track, or nil.
@@ -108,7 +121,11 @@ func (r *execLog) active() (recorder.Cause, string) {
 	r.prune()
 	var best *execTrack
 	var bestID string
+	now := time.Now()
 	for execID, t := range r.execs {
+		if t.over(now) { // not pruned yet
+			continue
+		}
 		if best == nil || (t.ended.IsZero() && !best.ended.IsZero()) || (t.ended.IsZero() == best.ended.IsZero() && t.started.After(best.started)) {
 			best, bestID = t, execID
 		}
