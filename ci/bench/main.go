@@ -49,7 +49,7 @@ type env struct {
 type options struct {
 	boots, execs, requests, density                  int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
-	nativeOnly                                       bool
+	nativeOnly, floorsOnly                           bool
 	jsonOut, compareOld, cpuProfile                  string
 	densityLimit                                     time.Duration
 }
@@ -63,6 +63,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.recOnly, "recorder-only", false, "run only the flight recorder's cost")
 	flag.BoolVar(&o.mountsOnly, "mounts-only", false, "run only the mounts' throughput")
 	flag.BoolVar(&o.coreOnly, "core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
+	flag.BoolVar(&o.floorsOnly, "floors-only", false, "run only the machine's floors (bare QEMU: boot, clone, restore, channel)")
 	flag.BoolVar(&o.nativeOnly, "native-only", false, "run only the native-agent figures (no emulator)")
 	flag.BoolVar(&o.guestNet, "guest", false, "with -network-only: also the downloads from inside a sandbox")
 	flag.StringVar(&o.compareOld, "compare", "", "print the figures of the run in this JSON file beside those of -json's file, and exit")
@@ -127,6 +128,9 @@ func run(t *table) error {
 		}
 		e.fl = fl
 		fl.addTo(t, o.boots)
+		if o.floorsOnly {
+			return done()
+		}
 	}
 	p.step("starting hostd")
 	c, stop, err := startHostd(ctx, e)
