@@ -136,7 +136,7 @@ func (r *Router) ServeSerial(dev string) {
 			start = rest
 		}
 		rr := &resyncReader{src: f, buf: start}
-		r.serveSession(&serialConn{r: rr, w: f})
+		r.serveSession(&serialConn{r: rr, w: channel.JoinFrames(f)})
 		start, haveStart, pending = rr.rest(), rr.done, rr.pending()
 		if rr.bad {
 			r.log.Warn("agent channel", "err", errDesync)

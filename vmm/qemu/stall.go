@@ -2,8 +2,11 @@ package qemu
 
 import (
 	"encoding/binary"
+	"io"
 	"net"
 	"time"
+
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 // stallConn is the host end of the agent channel, under yamux. yamux's
@@ -17,19 +20,14 @@ import (
 // a paused one).
 type stallConn struct {
 	net.Conn
-	hdr  [yamuxHeader]byte
+	// w writes to Conn, each data frame in one write (channel.JoinFrames).
+	w    io.Writer
+	hdr  [channel.YamuxHeader]byte
 	got  int    // header bytes of the current frame seen
 	left uint32 // body bytes of the current frame still to come
 	// stall overrides frameStall (tests).
 	stall time.Duration
 }
-
-// yamux's frame header: version (1), type (1), flags (2), stream (4),
-// length (4); only data frames (type 0) carry a body of that length.
-const (
-	yamuxHeader = 12
-	yamuxData   = 0
-)
 
 // frameStall is how long the rest of a started frame may take to arrive.
 const frameStall = 60 * time.Second
@@ -49,6 +47,18 @@ func (c *stallConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// newStallConn is stallConn over conn.
+func newStallConn(conn net.Conn) *stallConn {
+	return &stallConn{Conn: conn, w: channel.JoinFrames(conn)}
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	if c.w == nil {
+		return c.Conn.Write(p)
+	}
+	return c.w.Write(p)
+}
+
 // feed follows frame boundaries through b.
 func (c *stallConn) feed(b []byte) {
 	for len(b) > 0 {
@@ -61,9 +71,9 @@ func (c *stallConn) feed(b []byte) {
 		k := copy(c.hdr[c.got:], b)
 		c.got += k
 		b = b[k:]
-		if c.got == yamuxHeader {
+		if c.got == channel.YamuxHeader {
 			c.got = 0
-			if c.hdr[1] == yamuxData {
+			if c.hdr[1] == channel.YamuxData {
 				c.left = binary.BigEndian.Uint32(c.hdr[8:12])
 			}
 		}

@@ -7,10 +7,12 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/agent/channel"
 )
 
 func yamuxFrame(typ byte, length uint32, body int) []byte {
-	b := make([]byte, yamuxHeader+body)
+	b := make([]byte, channel.YamuxHeader+body)
 	b[1] = typ
 	binary.BigEndian.PutUint32(b[4:8], 1)
 	binary.BigEndian.PutUint32(b[8:12], length)
@@ -30,7 +32,7 @@ func TestStallConnFailsAnUnfinishedFrame(t *testing.T) {
 		guest.Write(yamuxFrame(0, 3, 3))       // a whole data frame
 		guest.Write(yamuxFrame(0, 16, 4)[:14]) // a header, 2 of 16 bytes
 	}()
-	want := 2*yamuxHeader + 3 + 14
+	want := 2*channel.YamuxHeader + 3 + 14
 	buf := make([]byte, 64)
 	got := 0
 	var err error

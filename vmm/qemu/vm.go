@@ -277,7 +277,7 @@ func (vm *VM) session(ctx context.Context) (*yamux.Session, error) {
 		return nil, err
 	}
 	vm.pad = false
-	sess, err := yamux.Client(&stallConn{Conn: conn}, hostYamuxConfig())
+	sess, err := yamux.Client(newStallConn(conn), hostYamuxConfig())
 	if err != nil {
 		conn.Close()
 		return nil, err
