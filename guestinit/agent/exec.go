@@ -89,6 +89,8 @@ type Exec struct {
 	// etc holds the passwd and group files users are resolved from.
 	etc string
 
+	cgroup cgroupDir // ExecCgroup, held open
+
 	mu       sync.Mutex
 	sessions map[string]*session
 	order    []*session      // sessions, oldest start first
@@ -123,7 +125,7 @@ func UserFiles(dir string) ExecOption {
 
 // NewExec returns an Exec service that starts processes with sp.
 func NewExec(sp Spawner, log *slog.Logger, opts ...ExecOption) *Exec {
-	e := &Exec{spawner: sp, log: log, etc: "/etc", sessions: map[string]*session{}}
+	e := &Exec{spawner: sp, log: log, etc: "/etc", sessions: map[string]*session{}, cgroup: cgroupDir{path: ExecCgroup}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -212,9 +214,7 @@ func (e *Exec) start(req *agentv1.StartRequest) (*session, error) {
 		pipes.closeParentEnds()
 		return nil, fmt.Errorf("%w: session %q exists", errBadArgs, id)
 	}
-	release := intoExecCgroup(cmd)
-	exit, err := e.spawner.Spawn(cmd)
-	release()
+	cmd, exit, err := e.spawnInCgroup(cmd)
 	pipes.closeChildEnds()
 	if err != nil {
 		pipes.closeParentEnds()
@@ -345,7 +345,9 @@ func pipe(parentReads bool) (parent, child *os.File, err error) {
 	if !parentReads {
 		par, ch = ch, par
 	}
-	if err := unix.SetNonblock(par, true); err != nil {
+	// A fresh pipe has no other status flags: one F_SETFL, not
+	// SetNonblock's read and write of them.
+	if _, err := unix.FcntlInt(uintptr(par), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
 		unix.Close(par)
 		unix.Close(ch)
 		return nil, nil, fmt.Errorf("pipe: %w", err)
