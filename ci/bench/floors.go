@@ -31,7 +31,8 @@ type floors struct {
 	// rtt is a one-byte round trip over the raw channel (p50): what any
 	// agent call costs at the least.
 	rtt time.Duration
-	// guestTrue is `true` spawned inside a product guest (benchGuestTrue).
+	// guestTrue is the p50 of `true` spawned inside a product guest
+	// (guestTrue, in rounds between benchExec's).
 	guestTrue time.Duration
 }
 
