@@ -20,7 +20,9 @@ A sample is classed by its call chain:
   TCG translate      under tb_gen_code (or the translator's other entries)
   startup            under the dynamic linker (_dl_start, _dl_relocate_object)
   TCG run            in anonymous code on a vCPU thread (the code cache)
-  TCG loop/helpers   under cpu_exec, or unresolved on a vCPU thread
+  TCG loop/softmmu   under cpu_exec, in the softmmu (TLB fills, load and
+                     store helpers) or TB bookkeeping, or unresolved on a
+                     vCPU thread
   host kernel        in the kernel (page faults, syscalls)
   QEMU other         the rest: device emulation, migration load, main loop
 The classes are what the symbols allow; see the notes of issue 12.
@@ -35,7 +37,12 @@ import tempfile
 
 TRANSLATE = {"tb_gen_code", "tcg_gen_code", "gen_intermediate_code", "translator_loop", "tcg_optimize"}
 LINKER = {"_dl_start", "dl_main", "_dl_relocate_object", "_dl_start_final", "_dl_map_object"}
-EXEC_LOOP = {"cpu_exec", "tcg_cpus_exec", "qht_lookup_custom", "tb_htable_lookup", "helper_lookup_tb_ptr"}
+EXEC_LOOP = {"cpu_exec", "tcg_cpus_exec", "qht_lookup_custom", "tb_htable_lookup", "helper_lookup_tb_ptr",
+             "tcg_flush_jmp_cache", "page_collection_lock", "x86_cpu_tlb_fill", "bitmap_set_atomic"}
+# The softmmu (the emulated MMU: TLB fills, guest loads and stores through
+# helpers) and the translation blocks' bookkeeping, by name prefix.
+SOFTMMU = ("helper_le_", "helper_be_", "helper_ret_", "cpu_ld", "cpu_st", "tlb_", "probe_access",
+           "get_page_addr_code", "tb_invalidate", "tb_page_", "tb_phys_", "tcg_")
 HEAD = re.compile(r"(.+?)\s+(-?\d+)/(-?\d+)\s+([\d.]+):")
 FRAME = re.compile(r"(.*) \((.*)\)$")
 
@@ -70,8 +77,8 @@ def classify(pid, tid, frames):
     anon = dso in ("[unknown]", "") or dso.startswith("/tmp/perf-")
     if anon and tid != pid and len(frames) <= 3:
         return "TCG run translated code"
-    if syms & EXEC_LOOP or (anon and tid != pid):
-        return "TCG loop, lookups, helpers"
+    if syms & EXEC_LOOP or any(x.startswith(SOFTMMU) for x in syms) or (anon and tid != pid):
+        return "TCG loop, softmmu, helpers"
     if "kallsyms" in dso:
         return "host kernel (faults, syscalls)"
     return "QEMU other (devices, state load, main loop)"
