@@ -46,7 +46,7 @@ const endGrace = 3 * time.Second
 // in its entry: the exec sessions it tracks and the cursor in the guest's
 // event ring.
 type execLog struct {
-	mu    sync.Mutex
+	mu     sync.Mutex
 	execs  map[string]*execTrack // exec id → track
 	guest  guestCursor
 	pruned time.Time // the last prune
