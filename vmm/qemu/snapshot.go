@@ -134,35 +134,62 @@ func (vm *VM) migrateTo(ctx context.Context, path string) error {
 	if _, err := vm.qmp.run(ctx, "migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
 		return err
 	}
-	return vm.waitMigration(ctx, "query-migrate")
+	if err := vm.waitMigration(ctx, "query-migrate"); err != nil {
+		return err
+	}
+	return vm.waitFinalized(ctx)
 }
 
 // waitMigration polls until a migration has completed or failed.
 func (vm *VM) waitMigration(ctx context.Context, query string) error {
+	return vm.pollStatus(ctx, query, 2*time.Millisecond, func(raw []byte, status string) (bool, error) {
+		switch status {
+		case "completed":
+			return true, nil
+		case "failed", "cancelled":
+			var st struct {
+				ErrorDesc string `json:"error-desc"`
+			}
+			_ = json.Unmarshal(raw, &st)
+			return true, fmt.Errorf("qemu: migration %s: %s", status, st.ErrorDesc)
+		}
+		return false, nil
+	})
+}
+
+// waitFinalized polls until an outgoing migration that has completed is
+// also finalized. QEMU reports "completed" before its migration thread
+// leaves the finish-migrate run state, and a cont in between fails with
+// "Migration is not finalized yet" (seen once in TestConformance).
+func (vm *VM) waitFinalized(ctx context.Context) error {
+	return vm.pollStatus(ctx, "query-status", time.Millisecond, func(_ []byte, status string) (bool, error) {
+		return status != "finish-migrate", nil
+	})
+}
+
+// pollStatus runs QMP command query every interval until done, given its
+// answer and the answer's "status", says to stop.
+func (vm *VM) pollStatus(ctx context.Context, query string, every time.Duration, done func(raw []byte, status string) (bool, error)) error {
 	for {
 		raw, err := vm.qmp.run(ctx, query, nil)
 		if err != nil {
 			return err
 		}
 		var st struct {
-			Status    string `json:"status"`
-			ErrorDesc string `json:"error-desc"`
+			Status string `json:"status"`
 		}
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return fmt.Errorf("qemu: %s: %w", query, err)
 		}
-		switch st.Status {
-		case "completed":
-			return nil
-		case "failed", "cancelled":
-			return fmt.Errorf("qemu: migration %s: %s", st.Status, st.ErrorDesc)
+		if stop, err := done(raw, st.Status); stop || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-vm.done:
 			return vmm.ErrNotRunning
-		case <-time.After(2 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 }
