@@ -188,10 +188,8 @@ func (c *Checker) Fresh(dir string, names []string) error {
 // Trust records dir's files as verified (they were just written and summed).
 func (c *Checker) Trust(dir string, m Manifest) {
 	c.mu.Lock()
-	delete(c.freshDirs, dir)
-	c.mu.Unlock()
-	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.freshDirs, dir)
 	for _, f := range m.Files {
 		p := filepath.Join(dir, f.Name)
 		if k, err := keyOf(p); err == nil {
@@ -203,10 +201,15 @@ func (c *Checker) Trust(dir string, m Manifest) {
 // Verify checks every file of dir's manifest. It returns an error wrapping
 // ErrCorrupt that names the first file that does not match.
 func (c *Checker) Verify(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	// Fresh state first, then the manifest: the background writer writes
+	// the manifest before Trust drops the fresh state, so a dir that is
+	// not fresh here has its manifest on disk by the read below. (The
+	// other order lost the race: a read before the write, then a check
+	// after Trust, refused a sound snapshot with "no manifest".)
 	c.mu.Lock()
 	names, fresh := c.freshDirs[dir]
 	c.mu.Unlock()
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if errors.Is(err, os.ErrNotExist) && fresh {
 		return c.verifyFresh(dir, names)
 	}

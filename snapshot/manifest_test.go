@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,5 +69,46 @@ func TestManifestDetectsCorruption(t *testing.T) {
 				t.Errorf("checker that had trusted it: got %v, want ErrCorrupt", err)
 			}
 		})
+	}
+}
+
+// A restore that verifies a fresh snapshot while its manifest is being
+// written (in the background, by the capture) accepts it whichever side
+// of the write it lands on.
+func TestVerifyWhileTheManifestLands(t *testing.T) {
+	for i := range 300 {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "state"), []byte(fmt.Sprint("state ", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := NewChecker()
+		names := []string{"state"}
+		if err := c.Fresh(dir, names); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m, err := Sums(dir, names)
+			if err == nil {
+				err = m.Write(dir)
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c.Trust(dir, m)
+		}()
+		for {
+			if err := c.Verify(dir); err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			select {
+			case <-done:
+			default:
+				continue
+			}
+			break
+		}
 	}
 }
