@@ -113,7 +113,8 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 		ring = watch.NewRing(watch.RingSize)
 	}
 	exec := agent.NewExec(sp, log, agent.BeforeExit(func() { watcher.Flush() }), agent.EventsHead(ring.Head))
-	agent.Register(srv, exec, agent.NewFiles(), agent.NewSystem(booted))
+	files := agent.NewFiles()
+	agent.Register(srv, exec, files, agent.NewSystem(booted))
 	var events *watch.Service
 	if watchFiles {
 		watcher, events = startWatch(log, exec, ring)
@@ -132,6 +133,12 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 	go func() {
 		if err := ServePortForward(pf, log); err != nil {
 			log.Error("port forward stopped", "err", err)
+		}
+	}()
+	fl := router.Listen(channel.FilesPort)
+	go func() {
+		if err := files.ServeStreams(fl); err != nil {
+			log.Error("file streams stopped", "err", err)
 		}
 	}()
 	ml := router.Listen(channel.MountPort)

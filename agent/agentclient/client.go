@@ -42,16 +42,25 @@ type Client struct {
 	// wedged is set when the client closed the connection itself, after a
 	// call outlived its timeout.
 	wedged atomic.Bool
-	exec   agentv1.ExecService
-	files  agentv1.FilesService
-	sys    agentv1.SystemService
-	events agentv1.EventsService
+	// timeout bounds each call, and each wait of a file stream.
+	timeout time.Duration
+	// dialFiles opens a file stream (WithFileStreams); noStreams is set
+	// once the guest refused one.
+	dialFiles func(ctx context.Context) (net.Conn, error)
+	noStreams atomic.Bool
+	exec      agentv1.ExecService
+	files     agentv1.FilesService
+	sys       agentv1.SystemService
+	events    agentv1.EventsService
 }
 
 // Option configures a Client.
 type Option func(*options)
 
-type options struct{ timeout time.Duration }
+type options struct {
+	timeout   time.Duration
+	dialFiles func(ctx context.Context) (net.Conn, error)
+}
 
 // WithCallTimeout bounds each call to d plus the wait it asks the guest for
 // (default CallTimeout).
@@ -68,12 +77,14 @@ func New(conn net.Conn, opts ...Option) *Client {
 	g := newGuardConn(conn)
 	c := ttrpc.NewClient(g, ttrpc.WithUnaryClientInterceptor(deadline(o.timeout, cl)))
 	*cl = Client{
-		conn:   c,
-		guard:  g,
-		exec:   agentv1.NewExecClient(c),
-		files:  agentv1.NewFilesClient(c),
-		sys:    agentv1.NewSystemClient(c),
-		events: agentv1.NewEventsClient(c),
+		conn:      c,
+		guard:     g,
+		timeout:   o.timeout,
+		dialFiles: o.dialFiles,
+		exec:      agentv1.NewExecClient(c),
+		files:     agentv1.NewFilesClient(c),
+		sys:       agentv1.NewSystemClient(c),
+		events:    agentv1.NewEventsClient(c),
 	}
 	return cl
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -20,13 +21,20 @@ import (
 	"github.com/containerd/ttrpc"
 
 	"github.com/agentbox/agentbox/agent/agentclient"
+	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/guestinit/agent"
 )
 
-// newPair serves a real agent on a unix socket and returns a client of it.
-func newPair(t *testing.T) *agentclient.Client {
+// newPair serves a real agent on a unix socket, and its file streams on
+// another, and returns a client of it.
+func newPair(t *testing.T) *agentclient.Client { return newPairWith(t, true) }
+
+// newPairWith is newPair; without streams the agent refuses file streams
+// as one older than them does, and the client falls back to chunk calls.
+func newPairWith(t *testing.T, streams bool) *agentclient.Client {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -36,16 +44,33 @@ func newPair(t *testing.T) *agentclient.Client {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	agent.Register(srv, agent.NewExec(agent.WaitSpawner{}, log), agent.NewFiles(), agent.NewSystem(time.Now()))
+	files := agent.NewFiles()
+	agent.Register(srv, agent.NewExec(agent.WaitSpawner{}, log), files, agent.NewSystem(time.Now()))
 	go srv.Serve(context.Background(), l)
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := agentclient.New(conn)
+	fsock := filepath.Join(dir, "files.sock")
+	fl, err := net.Listen("unix", fsock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); files.ServeStreams(fl) }()
+	dial := func(ctx context.Context) (net.Conn, error) {
+		if !streams {
+			return nil, fmt.Errorf("%w: port 1027", channel.ErrRefused)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", fsock)
+	}
+	c := agentclient.New(conn, agentclient.WithFileStreams(dial))
 	t.Cleanup(func() {
 		c.Close()
 		srv.Close()
+		fl.Close()
+		<-served
 	})
 	return c
 }
@@ -186,8 +211,15 @@ func itoa(i int) string {
 
 func sha(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
 
+// TestFilesRoundTripAndErrors: files written and read back whole, on file
+// streams and on the chunk calls of an agent without them, and each
+// error with its meaning.
 func TestFilesRoundTripAndErrors(t *testing.T) {
-	c := newPair(t)
+	t.Run("streams", func(t *testing.T) { filesRoundTrip(t, newPair(t)) })
+	t.Run("chunks", func(t *testing.T) { filesRoundTrip(t, newPairWith(t, false)) })
+}
+
+func filesRoundTrip(t *testing.T, c *agentclient.Client) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	data := make([]byte, 5<<20+123)
@@ -247,7 +279,11 @@ func TestFilesRoundTripAndErrors(t *testing.T) {
 }
 
 func TestFilesFailedWriteKeepsOldFile(t *testing.T) {
-	c := newPair(t)
+	t.Run("streams", func(t *testing.T) { failedWriteKeepsOld(t, newPair(t)) })
+	t.Run("chunks", func(t *testing.T) { failedWriteKeepsOld(t, newPairWith(t, false)) })
+}
+
+func failedWriteKeepsOld(t *testing.T, c *agentclient.Client) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "keep")
 	os.WriteFile(path, []byte("old"), 0o644)

@@ -37,6 +37,12 @@ func infoFrom(i *agentv1.FileInfo) FileInfo {
 // Open opens a guest file for reading. The returned reader pulls chunks on
 // demand; closing it releases the guest's handle.
 func (c *Client) Open(ctx context.Context, path string) (io.ReadCloser, FileInfo, error) {
+	if s, err := c.fileStream(ctx); err != nil || s != nil {
+		if err != nil {
+			return nil, FileInfo{}, err
+		}
+		return c.openStream(s, path)
+	}
 	r, err := c.files.Open(ctx, &agentv1.PathRequest{Path: []byte(path)})
 	if err != nil {
 		return nil, FileInfo{}, fromStatus(err)
@@ -94,9 +100,16 @@ func (r *reader) Close() error {
 }
 
 // WriteFile replaces path atomically with everything read from src and sets
-// its mode. On any error the old file is left as it was.
+// its mode. On any error the old file is left as it was. With file streams
+// (WithFileStreams) the whole file goes on one stream; else in chunk calls.
 func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, src io.Reader) (int64, error) {
-	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: []byte(path), Mode: uint32(mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))})
+	if s, err := c.fileStream(ctx); err != nil || s != nil {
+		if err != nil {
+			return 0, err
+		}
+		return c.writeStream(s, path, mode, src)
+	}
+	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: []byte(path), Mode: wireMode(mode)})
 	if err != nil {
 		return 0, fromStatus(err)
 	}

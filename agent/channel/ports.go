@@ -14,6 +14,11 @@ const (
 	// one and serves the Mounts ttrpc service on it, and guestinit's FUSE
 	// filesystems are its client (guestinit/mount, hostd/mounts).
 	MountPort uint32 = 1026
+	// FilesPort is the channel port of the file streams: each stream
+	// carries one whole file read or write (filestream.go). A guest whose
+	// agent predates it refuses the port, and the host falls back to the
+	// Files service's chunk calls.
+	FilesPort uint32 = 1027
 	// ProbeMarker is what guestinit prints on its console in probe mode
 	// (kernel cmdline agentbox.probe=1) just before it powers the VM off.
 	// Backends boot the guest in probe mode to learn whether an accelerator

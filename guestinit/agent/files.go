@@ -76,28 +76,37 @@ func cleanPath(b []byte) (string, error) {
 
 // Open opens a regular file for reading.
 func (f *Files) Open(ctx context.Context, req *agentv1.PathRequest) (*agentv1.OpenResponse, error) {
-	p, err := cleanPath(req.Path)
+	file, info, err := openRead(req.Path)
 	if err != nil {
 		return nil, toStatus(err)
-	}
-	file, err := os.Open(p)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	fi, err := file.Stat()
-	if err != nil {
-		file.Close()
-		return nil, toStatus(err)
-	}
-	if fi.IsDir() {
-		file.Close()
-		return nil, toStatus(&fs.PathError{Op: "read", Path: p, Err: errIsDir})
 	}
 	id, err := f.put(&handle{f: file})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &agentv1.OpenResponse{Handle: id, Info: infoOf(p, fi)}, nil
+	return &agentv1.OpenResponse{Handle: id, Info: info}, nil
+}
+
+// openRead opens the regular file at path from the host for reading.
+func openRead(path []byte) (*os.File, *agentv1.FileInfo, error) {
+	p, err := cleanPath(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	file, err := os.Open(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, nil, err
+	}
+	if fi.IsDir() {
+		file.Close()
+		return nil, nil, &fs.PathError{Op: "read", Path: p, Err: errIsDir}
+	}
+	return file, infoOf(p, fi), nil
 }
 
 // ReadChunk reads the next bytes of a handle.
@@ -127,26 +136,36 @@ func (f *Files) ReadChunk(ctx context.Context, req *agentv1.ReadChunkRequest) (*
 
 // Create starts an atomic replacement of a file.
 func (f *Files) Create(ctx context.Context, req *agentv1.CreateRequest) (*agentv1.OpenResponse, error) {
-	p, err := cleanPath(req.Path)
+	h, err := createTemp(req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	id, err := f.put(h)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentv1.OpenResponse{Handle: id}, nil
+}
+
+// createTemp starts the atomic replacement of req's file: a write handle
+// on a temporary file beside it.
+func createTemp(req *agentv1.CreateRequest) (*handle, error) {
+	p, err := cleanPath(req.Path)
+	if err != nil {
+		return nil, err
+	}
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-		return nil, toStatus(&fs.PathError{Op: "write", Path: p, Err: errIsDir})
+		return nil, &fs.PathError{Op: "write", Path: p, Err: errIsDir}
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".agentbox-*")
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	mode := fs.FileMode(req.Mode) & modeBits
 	if req.Mode == 0 {
 		mode = defaultMode
 	}
-	id, err := f.put(&handle{f: tmp, path: p, mode: mode, write: true})
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &agentv1.OpenResponse{Handle: id}, nil
+	return &handle{f: tmp, path: p, mode: mode, write: true}, nil
 }
 
 // WriteChunk appends data to a pending write.
@@ -179,17 +198,25 @@ func (f *Files) Commit(ctx context.Context, req *agentv1.HandleRequest) (*agentv
 		h.f.Close()
 		return nil, toStatus(fmt.Errorf("%w: handle is for reading", errBadArgs))
 	}
+	if err := h.commit(); err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentv1.CommitResponse{Size: h.size}, nil
+}
+
+// commit makes write handle h's file visible at its path, fsynced and
+// with its mode, and closes it; on failure it removes the temporary file.
+func (h *handle) commit() error {
 	tmp := h.f.Name()
-	err = errors.Join(h.f.Chmod(h.mode), h.f.Sync())
+	err := errors.Join(h.f.Chmod(h.mode), h.f.Sync())
 	err = errors.Join(err, h.f.Close())
 	if err == nil {
 		err = os.Rename(tmp, h.path)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return nil, toStatus(err)
 	}
-	return &agentv1.CommitResponse{Size: h.size}, nil
+	return err
 }
 
 // Close releases a handle, discarding an uncommitted write.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -124,7 +125,7 @@ func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := agentclient.New(countingConn{Conn: conn, mt: b.meter})
+	c := agentclient.New(countingConn{Conn: conn, mt: b.meter}, agentclient.WithFileStreams(b.dialFiles))
 	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
 	if _, err := c.Health(hctx); err != nil {
@@ -148,6 +149,16 @@ func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
 		b.mu.Unlock()
 	})
 	return c, nil
+}
+
+// dialFiles opens a file stream to b's guest, its bytes counted as the
+// agent connection's are.
+func (b *box) dialFiles(ctx context.Context) (net.Conn, error) {
+	conn, err := b.vm.Dial(ctx, channel.FilesPort)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Conn: conn, mt: b.meter}, nil
 }
 
 // healthTimeout bounds the Health call that opens an agent connection.

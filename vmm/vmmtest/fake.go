@@ -24,8 +24,9 @@ import (
 // System service answers Health with the VM's hostname and only records
 // SetTime, Reseed, SetIdentity, Freeze and Thaw (see FakeVM.SystemCalls):
 // they would change the host. Dial(ctx, channel.PortForwardPort) is a
-// working port-forward stream to a TCP port on the host's 127.0.0.1. Any
-// other port is refused (channel.ErrRefused).
+// working port-forward stream to a TCP port on the host's 127.0.0.1, and
+// Dial(ctx, channel.FilesPort) a file stream of the real agent. Any other
+// port is refused (channel.ErrRefused).
 //
 // The hooks (FailNextStart, SetStartDelay, FakeVM.Die, ...) let a test make
 // the VMM fail or die; FakeVM.ReplaceAgent puts a test's own (hostile)

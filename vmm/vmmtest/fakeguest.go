@@ -21,8 +21,8 @@ import (
 )
 
 // fakeGuest is the in-process "guest" of a FakeVM: the real guestinit
-// agent's Exec and Files services, a host-safe System service, and the
-// port-forward service, served over net.Pipe streams. Its gate freezes
+// agent's Exec and Files services and file streams, a host-safe System
+// service, and the port-forward service, served over net.Pipe streams. Its gate freezes
 // every stream while the VM is paused.
 type fakeGuest struct {
 	srv    *ttrpc.Server
@@ -30,6 +30,7 @@ type fakeGuest struct {
 	gate   *gate
 	procs  *groupSpawner
 	system *fakeSystem
+	files  *agent.Files
 
 	wg      sync.WaitGroup // Serve and the port-forward streams
 	mu      sync.Mutex
@@ -54,10 +55,11 @@ func newFakeGuest(hostname string, log *slog.Logger) (*fakeGuest, error) {
 	g := &fakeGuest{
 		srv: srv, lis: newPipeListener(), gate: newGate(), procs: newGroupSpawner(),
 		system: &fakeSystem{real: agent.NewSystem(time.Now()), hostname: hostname}, streams: map[net.Conn]bool{},
+		files:    agent.NewFiles(),
 		replaced: map[uint32]Agent{}, agentConns: map[net.Conn]bool{},
 	}
 	agentv1.RegisterExecService(srv, agent.NewExec(g.procs, log))
-	agentv1.RegisterFilesService(srv, agent.NewFiles())
+	agentv1.RegisterFilesService(srv, g.files)
 	agentv1.RegisterSystemService(srv, g.system)
 	g.wg.Add(1)
 	go func() {
@@ -93,7 +95,7 @@ func (g *fakeGuest) dial(ctx context.Context, port uint32, stop <-chan struct{})
 			return nil, err
 		}
 		return host, nil
-	case channel.PortForwardPort:
+	case channel.PortForwardPort, channel.FilesPort:
 		host, guest := net.Pipe()
 		gc := &gatedConn{Conn: guest, gate: g.gate}
 		g.mu.Lock()
@@ -105,7 +107,11 @@ func (g *fakeGuest) dial(ctx context.Context, port uint32, stop <-chan struct{})
 		g.streams[gc] = true
 		g.wg.Add(1)
 		g.mu.Unlock()
-		go g.forward(gc)
+		if port == channel.FilesPort {
+			go g.serveFiles(gc)
+		} else {
+			go g.forward(gc)
+		}
 		return host, nil
 	}
 	return nil, channel.ErrRefused
@@ -168,6 +174,18 @@ func (g *fakeGuest) replace(port uint32, a Agent) {
 
 // forward serves one port-forward stream like guestinit does: it connects
 // to the TCP port the header names on the host's loopback.
+// serveFiles serves one file stream with the real agent's Files.
+func (g *fakeGuest) serveFiles(st net.Conn) {
+	defer g.wg.Done()
+	defer func() {
+		st.Close()
+		g.mu.Lock()
+		delete(g.streams, st)
+		g.mu.Unlock()
+	}()
+	g.files.ServeStream(st)
+}
+
 func (g *fakeGuest) forward(st net.Conn) {
 	defer g.wg.Done()
 	defer func() {
