@@ -1,16 +1,13 @@
 package guestinit
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/u-root/u-root/pkg/kmodule"
 	"github.com/u-root/u-root/pkg/mount"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -65,44 +62,6 @@ func openConsole() io.Writer {
 		_ = unix.Dup2(int(f.Fd()), fd)
 	}
 	return os.Stdout
-}
-
-// loadModules loads the modules listed in dir/modules.order, in order, and
-// removes their files to free initramfs memory.
-func loadModules(dir string) (int, error) {
-	f, err := os.Open(filepath.Join(dir, "modules.order"))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name := strings.TrimSpace(sc.Text())
-		if name == "" || strings.HasPrefix(name, "#") {
-			continue
-		}
-		if err := loadModule(filepath.Join(dir, filepath.Base(name))); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, sc.Err()
-}
-
-func loadModule(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := kmodule.FileInit(f, "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("%s: %w", filepath.Base(path), err)
-	}
-	return os.Remove(path)
 }
 
 // switchRoot mounts dev on /newroot and makes it the root, moving the

@@ -48,11 +48,11 @@ func run(log *slog.Logger, booted time.Time) error {
 		unix.Sync()
 		return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 	}
-	loaded, err := loadModules("/lib/modules")
+	loaded, skipped, err := loadModules("/lib/modules")
 	if err != nil {
 		return fmt.Errorf("load modules: %w", err)
 	}
-	log.Info("modules loaded", "count", loaded)
+	log.Info("modules loaded", "count", loaded, "skipped", skipped)
 	release := kernelRelease()
 	ondemand, err := stageOndemand(release)
 	if err != nil {
