@@ -2,7 +2,9 @@
 // agent-channel stream. Cloud Hypervisor's hybrid vsock speaks it natively
 // ("CONNECT <port>\n" answered by "OK <n>\n"); the QEMU backend speaks the same
 // words on each yamux stream over virtio-serial, so both transports look alike
-// to guestinit and to the host.
+// to guestinit and to the host. It also holds what rides on those streams
+// that both ends must agree on: the ports, the port-forward header and the
+// file streams' frames.
 package channel
 
 import (
