@@ -70,21 +70,20 @@ func (f *Files) ServeStream(c net.Conn) {
 		sendErr(c, fmt.Errorf("%w: %v", errBadArgs, err))
 		return
 	}
-	switch typ {
-	case channel.FrameWrite:
-		var req agentv1.CreateRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			sendErr(c, fmt.Errorf("%w: %v", errBadArgs, err))
-			return
-		}
-		streamWrite(c, &req)
-	case channel.FrameRead:
-		var req agentv1.PathRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			sendErr(c, fmt.Errorf("%w: %v", errBadArgs, err))
-			return
-		}
-		streamRead(c, &req)
+	var write agentv1.CreateRequest
+	var read agentv1.PathRequest
+	req := proto.Message(&read)
+	if typ == channel.FrameWrite {
+		req = &write
+	}
+	if err := proto.Unmarshal(body, req); err != nil {
+		sendErr(c, fmt.Errorf("%w: %v", errBadArgs, err))
+		return
+	}
+	if typ == channel.FrameWrite {
+		streamWrite(c, &write)
+	} else {
+		streamRead(c, &read)
 	}
 }
 

@@ -172,28 +172,25 @@ func (g *fakeGuest) replace(port uint32, a Agent) {
 	}
 }
 
-// forward serves one port-forward stream like guestinit does: it connects
-// to the TCP port the header names on the host's loopback.
 // serveFiles serves one file stream with the real agent's Files.
 func (g *fakeGuest) serveFiles(st net.Conn) {
-	defer g.wg.Done()
-	defer func() {
-		st.Close()
-		g.mu.Lock()
-		delete(g.streams, st)
-		g.mu.Unlock()
-	}()
+	defer g.endStream(st)
 	g.files.ServeStream(st)
 }
 
+// endStream closes a stream that dial registered and marks it done.
+func (g *fakeGuest) endStream(st net.Conn) {
+	st.Close()
+	g.mu.Lock()
+	delete(g.streams, st)
+	g.mu.Unlock()
+	g.wg.Done()
+}
+
+// forward serves one port-forward stream like guestinit does: it connects
+// to the TCP port the header names on the host's loopback.
 func (g *fakeGuest) forward(st net.Conn) {
-	defer g.wg.Done()
-	defer func() {
-		st.Close()
-		g.mu.Lock()
-		delete(g.streams, st)
-		g.mu.Unlock()
-	}()
+	defer g.endStream(st)
 	port, rw, err := channel.AcceptTCP(st)
 	if err != nil {
 		return
