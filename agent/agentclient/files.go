@@ -9,6 +9,9 @@ import (
 	"io/fs"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -102,14 +105,18 @@ func (r *reader) Close() error {
 // WriteFile replaces path atomically with everything read from src and sets
 // its mode. On any error the old file is left as it was. With file streams
 // (WithFileStreams) the whole file goes on one stream; else in chunk calls.
-func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, src io.Reader) (int64, error) {
+func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, src io.Reader, opts ...WriteOption) (int64, error) {
+	req := &agentv1.CreateRequest{Path: []byte(path), Mode: wireMode(mode)}
+	for _, o := range opts {
+		o(req)
+	}
 	if s, err := c.fileStream(ctx); err != nil || s != nil {
 		if err != nil {
 			return 0, err
 		}
-		return c.writeStream(s, path, mode, src)
+		return c.writeStream(s, req, src)
 	}
-	h, err := c.files.Create(ctx, &agentv1.CreateRequest{Path: []byte(path), Mode: wireMode(mode)})
+	h, err := c.files.Create(ctx, req)
 	if err != nil {
 		return 0, fromStatus(err)
 	}
@@ -140,6 +147,25 @@ func (c *Client) WriteFile(ctx context.Context, path string, mode fs.FileMode, s
 		return 0, fromStatus(err)
 	}
 	return int64(r.Size), nil
+}
+
+// WriteOption changes how WriteFile writes.
+type WriteOption func(*agentv1.CreateRequest)
+
+// DeferSync leaves the file's fsync to a later SyncFS: a caller writing
+// many files syncs once. Until then the file is visible in the guest but
+// may not be on its disk.
+func DeferSync() WriteOption { return func(r *agentv1.CreateRequest) { r.DeferSync = true } }
+
+// SyncFS writes the guest filesystem that holds path to its disk. An agent
+// that predates it answers Unimplemented; it also ignored DeferSync and
+// synced each file, so that is no error.
+func (c *Client) SyncFS(ctx context.Context, path string) error {
+	_, err := c.files.SyncFS(ctx, &agentv1.PathRequest{Path: []byte(path)})
+	if status.Code(err) == codes.Unimplemented {
+		return nil
+	}
+	return fromStatus(err)
 }
 
 // Stat describes a guest path.

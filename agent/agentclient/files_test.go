@@ -7,13 +7,19 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/containerd/ttrpc"
 
 	"github.com/agentbox/agentbox/agent/agentclient"
+	"github.com/agentbox/agentbox/guestinit/agent"
+	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
 // TestListManyFilesInPages lists a directory whose one-reply listing
@@ -111,5 +117,56 @@ func TestWriteFileKeepsSetuid(t *testing.T) {
 	}
 	if got := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky); got != mode {
 		t.Fatalf("mode %v, want %v", got, mode)
+	}
+}
+
+// TestWriteFileDeferSync: a write that defers its fsync is whole and in
+// place at once, on both paths, and SyncFS then syncs its filesystem (or
+// says why not).
+func TestWriteFileDeferSync(t *testing.T) {
+	for name, streams := range map[string]bool{"streams": true, "chunks": false} {
+		t.Run(name, func(t *testing.T) {
+			c := newPairWith(t, streams)
+			ctx := context.Background()
+			dir := t.TempDir()
+			p := filepath.Join(dir, "f")
+			if _, err := c.WriteFile(ctx, p, 0o640, strings.NewReader("deferred"), agentclient.DeferSync()); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(p); err != nil || string(b) != "deferred" {
+				t.Fatalf("read back %q, %v", b, err)
+			}
+			if err := c.SyncFS(ctx, dir); err != nil {
+				t.Errorf("syncfs: %v", err)
+			}
+			if err := c.SyncFS(ctx, filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("syncfs of a missing path: %v, want not found", err)
+			}
+		})
+	}
+}
+
+// TestSyncFSOnAnOlderAgent: an agent without SyncFS (it syncs every file
+// it writes) answers Unimplemented, which is no error.
+func TestSyncFSOnAnOlderAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ttrpc.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentv1.RegisterSystemService(srv, agent.NewSystem(time.Now())) // and no Files service
+	go srv.Serve(context.Background(), l)
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := agentclient.New(conn)
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	if err := c.SyncFS(context.Background(), "/"); err != nil {
+		t.Errorf("syncfs on an agent without it: %v", err)
 	}
 }

@@ -54,9 +54,9 @@ var streamBufs = sync.Pool{New: func() any {
 }}
 
 // writeStream is WriteFile over file stream s, which it closes.
-func (c *Client) writeStream(s *streamConn, path string, mode fs.FileMode, src io.Reader) (int64, error) {
+func (c *Client) writeStream(s *streamConn, create *agentv1.CreateRequest, src io.Reader) (int64, error) {
 	defer s.Close()
-	req, err := proto.Marshal(&agentv1.CreateRequest{Path: []byte(path), Mode: wireMode(mode)})
+	req, err := proto.Marshal(create)
 	if err != nil {
 		return 0, err
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
@@ -50,6 +51,7 @@ type handle struct {
 	path    string // the target of a write
 	mode    fs.FileMode
 	write   bool
+	noSync  bool // commit leaves the fsync to a later SyncFS
 	size    uint64
 	lastUse time.Time
 }
@@ -165,7 +167,7 @@ func createTemp(req *agentv1.CreateRequest) (*handle, error) {
 	if req.Mode == 0 {
 		mode = defaultMode
 	}
-	return &handle{f: tmp, path: p, mode: mode, write: true}, nil
+	return &handle{f: tmp, path: p, mode: mode, write: true, noSync: req.DeferSync}, nil
 }
 
 // WriteChunk appends data to a pending write.
@@ -204,11 +206,14 @@ func (f *Files) Commit(ctx context.Context, req *agentv1.HandleRequest) (*agentv
 	return &agentv1.CommitResponse{Size: h.size}, nil
 }
 
-// commit makes write handle h's file visible at its path, fsynced and
-// with its mode, and closes it; on failure it removes the temporary file.
+// commit makes write handle h's file visible at its path, fsynced (unless
+// the host defers that to SyncFS) and with its mode, and closes it; on failure it removes the temporary file.
 func (h *handle) commit() error {
 	tmp := h.f.Name()
-	err := errors.Join(h.f.Chmod(h.mode), h.f.Sync())
+	err := h.f.Chmod(h.mode)
+	if !h.noSync {
+		err = errors.Join(err, h.f.Sync())
+	}
 	err = errors.Join(err, h.f.Close())
 	if err == nil {
 		err = os.Rename(tmp, h.path)
@@ -447,4 +452,21 @@ func (f *Files) Readlink(ctx context.Context, req *agentv1.PathRequest) (*agentv
 		return nil, toStatus(err)
 	}
 	return &agentv1.ReadlinkResponse{Target: []byte(t)}, nil
+}
+
+// SyncFS writes the filesystem that holds a path to its disk.
+func (f *Files) SyncFS(ctx context.Context, req *agentv1.PathRequest) (*agentv1.Empty, error) {
+	p, err := cleanPath(req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	d, err := os.Open(p)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return nil, toStatus(&fs.PathError{Op: "syncfs", Path: p, Err: err})
+	}
+	return &agentv1.Empty{}, nil
 }

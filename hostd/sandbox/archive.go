@@ -31,16 +31,16 @@ type ArchiveResult = archive.Result
 // parents (mode 0755, owned by the agent's user, root) when the guest says
 // the directory is not there. It retries only when no byte of r was read,
 // so the retry sends the whole content.
-func writeMkParents(ctx context.Context, c *agentclient.Client, p string, mode fs.FileMode, r io.Reader) error {
+func writeMkParents(ctx context.Context, c *agentclient.Client, p string, mode fs.FileMode, r io.Reader, opts ...agentclient.WriteOption) error {
 	cr := &readCount{r: r}
-	_, err := c.WriteFile(ctx, p, mode, cr)
+	_, err := c.WriteFile(ctx, p, mode, cr, opts...)
 	if err == nil || cr.n > 0 || !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	if err := c.Mkdir(ctx, path.Dir(p)); err != nil {
 		return err
 	}
-	_, err = c.WriteFile(ctx, p, mode, cr)
+	_, err = c.WriteFile(ctx, p, mode, cr, opts...)
 	return err
 }
 
@@ -77,7 +77,8 @@ func (g guestTree) Mkdir(ctx context.Context, name string) error {
 func (g guestTree) WriteFile(ctx context.Context, name string, mode fs.FileMode, r io.Reader) error {
 	p := g.path(name)
 	h := newHashCounter(r)
-	if err := writeMkParents(ctx, g.c, p, mode, h); err != nil {
+	// The archive's files are synced once, at its end (PutArchive).
+	if err := writeMkParents(ctx, g.c, p, mode, h, agentclient.DeferSync()); err != nil {
 		return err
 	}
 	g.m.rec.file(ctx, g.id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
@@ -137,7 +138,8 @@ func (g guestTree) Open(ctx context.Context, name string) (io.ReadCloser, error)
 // PutArchive unpacks a tar (or gzip-compressed tar) stream under guest
 // directory dir, creating dir first. An entry that is absolute, has a ".."
 // element, or is a link or special file stops it with an ErrBadArchive
-// error naming the entry; entries before it stay written.
+// error naming the entry; entries before it stay written. The files are
+// synced to the guest's disk once, when it ends, not one by one.
 func (f *Files) PutArchive(ctx context.Context, id, dir string, r io.Reader) (ArchiveResult, error) {
 	var res ArchiveResult
 	err := f.withAgent(ctx, id, []string{dir}, func(c *agentclient.Client) error {
@@ -146,7 +148,8 @@ func (f *Files) PutArchive(ctx context.Context, id, dir string, r io.Reader) (Ar
 		}
 		var err error
 		res, err = archive.Extract(ctx, r, guestTree{m: f.m, id: id, c: c, dir: dir})
-		return err
+		// One sync for all the files written, those before a bad entry too.
+		return errors.Join(err, c.SyncFS(context.WithoutCancel(ctx), dir))
 	})
 	return res, err
 }

@@ -1368,9 +1368,12 @@ func (x *ReadChunkResponse) GetEof() bool {
 }
 
 type CreateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  []byte                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Mode  uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// defer_sync leaves the file's fsync to a later SyncFS (an archive's many
+	// files sync once, at its end). An agent that predates it syncs each file.
+	DeferSync     bool `protobuf:"varint,3,opt,name=defer_sync,json=deferSync,proto3" json:"defer_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1417,6 +1420,13 @@ func (x *CreateRequest) GetMode() uint32 {
 		return x.Mode
 	}
 	return 0
+}
+
+func (x *CreateRequest) GetDeferSync() bool {
+	if x != nil {
+		return x.DeferSync
+	}
+	return false
 }
 
 type WriteChunkRequest struct {
@@ -2744,10 +2754,12 @@ const file_agent_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x02 \x01(\rR\bmaxBytes\"9\n" +
 	"\x11ReadChunkResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
-	"\x03eof\x18\x02 \x01(\bR\x03eof\"7\n" +
+	"\x03eof\x18\x02 \x01(\bR\x03eof\"V\n" +
 	"\rCreateRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\fR\x04path\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\rR\x04mode\"?\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x1d\n" +
+	"\n" +
+	"defer_sync\x18\x03 \x01(\bR\tdeferSync\"?\n" +
 	"\x11WriteChunkRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"$\n" +
@@ -2845,7 +2857,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Signal\x12 .agentbox.agent.v1.SignalRequest\x1a\x18.agentbox.agent.v1.Empty\x12I\n" +
 	"\x04List\x12\x18.agentbox.agent.v1.Empty\x1a'.agentbox.agent.v1.ListSessionsResponse\x12D\n" +
 	"\x06Resize\x12 .agentbox.agent.v1.ResizeRequest\x1a\x18.agentbox.agent.v1.Empty\x12O\n" +
-	"\aSummary\x12!.agentbox.agent.v1.SummaryRequest\x1a!.agentbox.agent.v1.SessionSummary2\xce\a\n" +
+	"\aSummary\x12!.agentbox.agent.v1.SummaryRequest\x1a!.agentbox.agent.v1.SessionSummary2\x92\b\n" +
 	"\x05Files\x12G\n" +
 	"\x04Open\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x1f.agentbox.agent.v1.OpenResponse\x12V\n" +
 	"\tReadChunk\x12#.agentbox.agent.v1.ReadChunkRequest\x1a$.agentbox.agent.v1.ReadChunkResponse\x12K\n" +
@@ -2860,7 +2872,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x06Remove\x12 .agentbox.agent.v1.RemoveRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
 	"\x06Rename\x12 .agentbox.agent.v1.RenameRequest\x1a\x18.agentbox.agent.v1.Empty\x12F\n" +
 	"\aSymlink\x12!.agentbox.agent.v1.SymlinkRequest\x1a\x18.agentbox.agent.v1.Empty\x12O\n" +
-	"\bReadlink\x12\x1e.agentbox.agent.v1.PathRequest\x1a#.agentbox.agent.v1.ReadlinkResponse2\xa7\x03\n" +
+	"\bReadlink\x12\x1e.agentbox.agent.v1.PathRequest\x1a#.agentbox.agent.v1.ReadlinkResponse\x12B\n" +
+	"\x06SyncFS\x12\x1e.agentbox.agent.v1.PathRequest\x1a\x18.agentbox.agent.v1.Empty2\xa7\x03\n" +
 	"\x06System\x12E\n" +
 	"\x06Health\x12\x18.agentbox.agent.v1.Empty\x1a!.agentbox.agent.v1.HealthResponse\x12F\n" +
 	"\aSetTime\x12!.agentbox.agent.v1.SetTimeRequest\x1a\x18.agentbox.agent.v1.Empty\x12D\n" +
@@ -2963,42 +2976,44 @@ var file_agent_proto_depIdxs = []int32{
 	29, // 30: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
 	30, // 31: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
 	23, // 32: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
-	1,  // 33: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	33, // 34: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	34, // 35: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	35, // 36: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 37: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 38: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	36, // 39: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
-	4,  // 40: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 41: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 42: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 43: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	15, // 44: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	1,  // 45: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
-	13, // 46: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
-	17, // 47: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	19, // 48: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	17, // 49: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 50: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	22, // 51: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 52: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	25, // 53: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	26, // 54: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 55: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 56: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 57: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	1,  // 58: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
-	31, // 59: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
-	32, // 60: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 61: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 62: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 63: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 64: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 65: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	37, // 66: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
-	40, // [40:67] is the sub-list for method output_type
-	13, // [13:40] is the sub-list for method input_type
+	23, // 33: agentbox.agent.v1.Files.SyncFS:input_type -> agentbox.agent.v1.PathRequest
+	1,  // 34: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	33, // 35: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	34, // 36: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	35, // 37: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 38: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 39: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	36, // 40: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	4,  // 41: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 42: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 43: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 44: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	15, // 45: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 46: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	13, // 47: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
+	17, // 48: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	19, // 49: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	17, // 50: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 51: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	22, // 52: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 53: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	25, // 54: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	26, // 55: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 56: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 57: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 58: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	1,  // 59: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
+	31, // 60: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
+	1,  // 61: agentbox.agent.v1.Files.SyncFS:output_type -> agentbox.agent.v1.Empty
+	32, // 62: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 63: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 64: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 65: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 66: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 67: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	37, // 68: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	41, // [41:69] is the sub-list for method output_type
+	13, // [13:41] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name

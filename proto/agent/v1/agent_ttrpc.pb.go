@@ -154,6 +154,7 @@ type FilesService interface {
 	Rename(context.Context, *RenameRequest) (*Empty, error)
 	Symlink(context.Context, *SymlinkRequest) (*Empty, error)
 	Readlink(context.Context, *PathRequest) (*ReadlinkResponse, error)
+	SyncFS(context.Context, *PathRequest) (*Empty, error)
 }
 
 func RegisterFilesService(srv *ttrpc.Server, svc FilesService) {
@@ -249,6 +250,13 @@ func RegisterFilesService(srv *ttrpc.Server, svc FilesService) {
 					return nil, err
 				}
 				return svc.Readlink(ctx, &req)
+			},
+			"SyncFS": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req PathRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.SyncFS(ctx, &req)
 			},
 		},
 	})
@@ -363,6 +371,14 @@ func (c *filesClient) Symlink(ctx context.Context, req *SymlinkRequest) (*Empty,
 func (c *filesClient) Readlink(ctx context.Context, req *PathRequest) (*ReadlinkResponse, error) {
 	var resp ReadlinkResponse
 	if err := c.client.Call(ctx, "agentbox.agent.v1.Files", "Readlink", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *filesClient) SyncFS(ctx context.Context, req *PathRequest) (*Empty, error) {
+	var resp Empty
+	if err := c.client.Call(ctx, "agentbox.agent.v1.Files", "SyncFS", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
