@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 )
 
 // The VMM process lifetime policy, for every backend: a VMM outlives the
@@ -183,13 +184,18 @@ func OpenProcess(p Process) (*Handle, error) {
 		return nil, fmt.Errorf("%w: pidfd_open %d: %v", ErrProcessGone, p.PID, errno)
 	}
 	syscall.CloseOnExec(int(fd))
-	f := os.NewFile(fd, fmt.Sprintf("pidfd:%d", p.PID))
 	// The pidfd names whichever process had the pid at the open: check
 	// it is still p after it.
 	if !p.Alive() {
-		f.Close()
+		syscall.Close(int(fd))
 		return nil, fmt.Errorf("%w: pid %d is another process now", ErrProcessGone, p.PID)
 	}
+	return watchPidfd(p, fd)
+}
+
+// watchPidfd makes the handle of p's pidfd fd and starts its watch.
+func watchPidfd(p Process, fd uintptr) (*Handle, error) {
+	f := os.NewFile(fd, fmt.Sprintf("pidfd:%d", p.PID))
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
@@ -201,17 +207,46 @@ func OpenProcess(p Process) (*Handle, error) {
 }
 
 // watch closes done once the process exits (the pidfd turns readable) or
-// the handle is closed.
+// the handle is closed. Each try asks the pidfd itself whether it is
+// readable: the poller's readiness is edge-triggered, and Read resets what
+// it saw before the watch began, so an exit that came between the open and
+// this goroutine's first Read (a process killed at once, seen once under
+// load in TestHandle) would otherwise never be seen.
 func (h *Handle) watch() {
 	defer close(h.done)
-	waited := false
-	_ = h.rc.Read(func(uintptr) bool {
-		if !waited {
-			waited = true
-			return false // wait for readability
+	if beforeWatch != nil {
+		beforeWatch()
+	}
+	_ = h.rc.Read(pidfdReadable)
+}
+
+// beforeWatch, when set (tests), runs as a watch begins: it lets the
+// poller take the pidfd's readiness first, as a busy machine may.
+var beforeWatch func()
+
+// pollfd is struct pollfd of poll(2).
+type pollfd struct {
+	fd             int32
+	events, revent int16
+}
+
+const pollIn = 0x1 // POLLIN
+
+// pidfdReadable polls fd without waiting: true once the process exited,
+// or when the pidfd cannot be polled (nothing more to wait for).
+func pidfdReadable(fd uintptr) bool {
+	for {
+		pfd := pollfd{fd: int32(fd), events: pollIn}
+		var zero syscall.Timespec
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno != 0:
+			return true
 		}
-		return true
-	})
+		return n > 0
+	}
 }
 
 // Process is what the handle holds.

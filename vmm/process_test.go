@@ -2,7 +2,10 @@ package vmm
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,5 +62,49 @@ func TestHandle(t *testing.T) {
 	}
 	if err := h2.Signal(syscall.SIGKILL); err != nil || !p2.Alive() {
 		t.Errorf("signal after Close: %v (alive %v), want nothing sent", err, p2.Alive())
+	}
+}
+
+// TestHandleOfAProcessThatJustExited: a handle whose process has exited
+// (here a zombie already) and whose readiness the poller took before the
+// watch's first Read (beforeWatch lets it) still closes Done. The poller's
+// readiness is edge-triggered and Read resets it, so the watch must ask
+// the pidfd itself; without that this test hung (TestHandle did once, in
+// CI, under load).
+func TestHandleOfAProcessThatJustExited(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), uintptr(syscall.O_NONBLOCK), 0)
+	if errno != 0 {
+		t.Fatalf("pidfd_open: %v", errno)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; { // until it is a zombie (not reaped: no Wait)
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err == nil && strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d never became a zombie: %q, %v", pid, b, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	beforeWatch = func() { time.Sleep(100 * time.Millisecond) } // the poller sees the exit first
+	t.Cleanup(func() { beforeWatch = nil })
+	h, err := watchPidfd(Process{PID: pid}, fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	select {
+	case <-h.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Done not closed for a process that had exited")
 	}
 }
