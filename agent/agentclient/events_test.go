@@ -16,6 +16,12 @@ import (
 
 // newEventsPair serves the Events service over ring and returns a client.
 func newEventsPair(t *testing.T, ring *watch.Ring, watchErr string) *agentclient.Client {
+	return serveOnly(t, func(srv *ttrpc.Server) { agentv1.RegisterEventsService(srv, watch.NewService(ring, watchErr)) })
+}
+
+// serveOnly serves on a unix socket the ttrpc services that register puts
+// on its server, and returns a client of them.
+func serveOnly(t *testing.T, register func(*ttrpc.Server)) *agentclient.Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	l, err := net.Listen("unix", sock)
@@ -26,7 +32,7 @@ func newEventsPair(t *testing.T, ring *watch.Ring, watchErr string) *agentclient
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentv1.RegisterEventsService(srv, watch.NewService(ring, watchErr))
+	register(srv)
 	go srv.Serve(context.Background(), l)
 	conn, err := net.Dial("unix", sock)
 	if err != nil {

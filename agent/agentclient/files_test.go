@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -149,23 +148,9 @@ func TestWriteFileDeferSync(t *testing.T) {
 // TestSyncFSOnAnOlderAgent: an agent without SyncFS (it syncs every file
 // it writes) answers Unimplemented, which is no error.
 func TestSyncFSOnAnOlderAgent(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ttrpc.NewServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentv1.RegisterSystemService(srv, agent.NewSystem(time.Now())) // and no Files service
-	go srv.Serve(context.Background(), l)
-	conn, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := agentclient.New(conn)
-	t.Cleanup(func() { c.Close(); srv.Close() })
+	c := serveOnly(t, func(srv *ttrpc.Server) { // and no Files service
+		agentv1.RegisterSystemService(srv, agent.NewSystem(time.Now()))
+	})
 	if err := c.SyncFS(context.Background(), "/"); err != nil {
 		t.Errorf("syncfs on an agent without it: %v", err)
 	}

@@ -176,7 +176,7 @@ func (r *streamReader) Read(p []byte) (int, error) {
 	n, err := r.s.Read(p[:min(len(p), r.left)])
 	r.left -= n
 	if err != nil {
-		r.err = r.s.broken(noEOF(err))
+		r.err = r.s.broken(channel.NoEOF(err))
 		return n, r.err
 	}
 	return n, nil
@@ -190,7 +190,7 @@ func (r *streamReader) next() error {
 	}
 	typ, n, err := channel.ReadFrameHeader(r.s, r.hdr[:])
 	if err != nil {
-		return r.s.broken(noEOF(err))
+		return r.s.broken(channel.NoEOF(err))
 	}
 	switch typ {
 	case channel.FrameData:
@@ -203,7 +203,7 @@ func (r *streamReader) next() error {
 	case channel.FrameEnd, channel.FrameError:
 		body := make([]byte, n)
 		if _, err := io.ReadFull(r.s, body); err != nil {
-			return r.s.broken(noEOF(err))
+			return r.s.broken(channel.NoEOF(err))
 		}
 		if typ == channel.FrameEnd {
 			return io.EOF
@@ -297,13 +297,4 @@ func statusErr(body []byte) error {
 // takes them.
 func wireMode(mode fs.FileMode) uint32 {
 	return uint32(mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
-}
-
-// noEOF turns an end of the stream inside a transfer into
-// io.ErrUnexpectedEOF: only FrameEnd ends one.
-func noEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return io.ErrUnexpectedEOF
-	}
-	return err
 }

@@ -112,7 +112,7 @@ func ReadFrame(r io.Reader, want ...byte) (typ byte, body []byte, err error) {
 	}
 	body = make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return 0, nil, fmt.Errorf("channel: read a %q frame's body: %w", typ, noEOF(err))
+		return 0, nil, fmt.Errorf("channel: read a %q frame's body: %w", typ, NoEOF(err))
 	}
 	return typ, body, nil
 }
@@ -126,8 +126,9 @@ func wanted(typ byte, want []byte) bool {
 	return false
 }
 
-// noEOF turns an EOF inside a frame into io.ErrUnexpectedEOF.
-func noEOF(err error) error {
+// NoEOF turns an EOF inside a frame or a transfer into io.ErrUnexpectedEOF:
+// only FrameEnd ends a file stream.
+func NoEOF(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
 	}
