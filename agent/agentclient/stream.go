@@ -244,7 +244,10 @@ func (s *streamConn) arm() error {
 	if s.ended {
 		return s.ctx.Err()
 	}
-	return s.Conn.SetDeadline(time.Now().Add(s.timeout))
+	if err := s.Conn.SetDeadline(time.Now().Add(s.timeout)); err != nil {
+		return s.broken(err) // a conn whose other end closed may refuse deadlines (net.Pipe)
+	}
+	return nil
 }
 
 // broken says why a read or write of the stream failed: its ctx, or the
