@@ -296,14 +296,15 @@ func (bp Blueprint) Validate() error {
 		return errors.New("blueprint: vcpus and memory_mib must not be negative")
 	}
 	for i, s := range bp.Steps {
-		if err := s.validate(); err != nil {
+		if err := s.Validate(); err != nil {
 			return &StepError{Step: i + 1, Err: err}
 		}
 	}
 	return nil
 }
 
-func (s Step) validate() error {
+// Validate checks one step on its own, as Blueprint.Validate does each.
+func (s Step) Validate() error {
 	switch s.Kind() {
 	case KindRun:
 		if strings.TrimSpace(s.Run) == "" {

@@ -175,7 +175,7 @@ func (f *File) Translate(context string, base Config) (Translation, error) {
 		t.workdir = "/"
 	}
 	for _, c := range f.stage.Commands {
-		if err := t.command(c); err != nil {
+		if err := t.commandValid(c); err != nil {
 			return Translation{}, &LineError{Line: line(c.Location()), Err: err}
 		}
 	}
@@ -193,6 +193,21 @@ type translator struct {
 	cfg     Config
 	setCfg  bool // an instruction set something of cfg
 	steps   []blueprint.Step
+}
+
+// commandValid translates one instruction and checks the steps it made,
+// so a step the blueprint would refuse (USER "0 0") fails on its line.
+func (t *translator) commandValid(c instructions.Command) error {
+	n := len(t.steps)
+	if err := t.command(c); err != nil {
+		return err
+	}
+	for _, s := range t.steps[n:] {
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // expander expands words with ARGs, then ENV on top (ENV wins).

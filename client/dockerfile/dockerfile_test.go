@@ -153,6 +153,7 @@ func TestTranslateRefuses(t *testing.T) {
 		{"add url", "FROM a\nADD https://example.invalid/x /x\n", 2, "ADD of a URL"},
 		{"add archive", "FROM a\nADD data.tgz /x/\n", 2, "local archive"},
 		{"empty user", "FROM a\nUSER ${U}\n", 2, "USER names no user"},
+		{"two words for a user", "FROM a\nUSER 0 0\n", 2, "is not root, a name or uid"},
 		{"outside context", "FROM a\nCOPY ../x /x\n", 2, "outside the build context"},
 		{"heredoc", "FROM a\nRUN <<EOF\necho hi\nEOF\n", 2, "heredoc"},
 		{"multiple sources", "FROM a\nCOPY a.txt b.txt /m\n", 2, "must end with /"},
