@@ -2,7 +2,7 @@
 // AGENTBOX_URL, AGENTBOX_API_KEY, AGENTBOX_TEMPLATE and AGENTBOX_CLI).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, mkdir, readFile, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -105,15 +105,19 @@ describe("files", () => {
   });
   test("uploadDir, downloadDir", async () => {
     const tmp = await mkdtemp(join(tmpdir(), "ab-ts-"));
-    await mkdir(join(tmp, "src/sub"), { recursive: true });
-    await writeFile(join(tmp, "src/top.txt"), "top");
-    await writeFile(join(tmp, "src/sub/x.bin"), Buffer.alloc(5000));
-    const res = await sb.files.uploadDir(join(tmp, "src"), "/root/tsup");
-    assert.ok(res.entries >= 3);
-    assert.equal((await sb.run("cat /root/tsup/top.txt; wc -c < /root/tsup/sub/x.bin")).stdout, "top5000\n");
-    assert.ok((await sb.files.downloadDir("/root/tsup", join(tmp, "dst"))) >= 3);
-    assert.equal(await readFile(join(tmp, "dst/top.txt"), "utf8"), "top");
-    assert.equal((await stat(join(tmp, "dst/sub/x.bin"))).size, 5000);
+    try {
+      await mkdir(join(tmp, "src/sub"), { recursive: true });
+      await writeFile(join(tmp, "src/top.txt"), "top");
+      await writeFile(join(tmp, "src/sub/x.bin"), Buffer.alloc(5000));
+      const res = await sb.files.uploadDir(join(tmp, "src"), "/root/tsup");
+      assert.ok(res.entries >= 3);
+      assert.equal((await sb.run("cat /root/tsup/top.txt; wc -c < /root/tsup/sub/x.bin")).stdout, "top5000\n");
+      assert.ok((await sb.files.downloadDir("/root/tsup", join(tmp, "dst"))) >= 3);
+      assert.equal(await readFile(join(tmp, "dst/top.txt"), "utf8"), "top");
+      assert.equal((await stat(join(tmp, "dst/sub/x.bin"))).size, 5000);
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
   });
   test("watch", async () => {
     await sb.run("mkdir -p /root/tsw");
