@@ -80,6 +80,9 @@ func run(log *slog.Logger, booted time.Time) error {
 			return fmt.Errorf("sethostname: %w", err)
 		}
 	}
+	if err := bindIdentity(args["agentbox.hostname"]); err != nil {
+		log.Warn("identity files stay on the disk", "err", err)
+	}
 	if err := loopbackUp(); err != nil {
 		log.Warn("loopback", "err", err)
 	}

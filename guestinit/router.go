@@ -159,7 +159,7 @@ func (r *Router) serveSession(conn *serialConn) {
 		go r.route(st)
 	}
 	sess.Close()
-	r.log.Info("agent channel session ended")
+	r.log.Debug("agent channel session ended")
 }
 
 // route reads a stream's CONNECT line and hands it to the port's listener.

@@ -39,16 +39,22 @@ func TestBaseSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts, rand := map[string]bool{}, map[string]bool{}
+	hosts, rand, machines := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, sb := range []sandbox.Info{first, claimed, restored} {
 		hosts[sh(t, m, sb.ID, "hostname")] = true
+		// The identity files are tmpfs files bound over /etc's (guestinit's
+		// bindIdentity): they say the same as the kernel.
+		if got, want := sh(t, m, sb.ID, "cat /etc/hostname; grep -c ' /etc/hostname tmpfs ' /proc/mounts"), sb.ID+"\n1\n"; got != want {
+			t.Errorf("%s: /etc/hostname and its mount: got %q, want %q", sb.ID, got, want)
+		}
+		machines[sh(t, m, sb.ID, "cat /etc/machine-id")] = true
 		rand[sh(t, m, sb.ID, "head -c 16 /dev/urandom | od -An -tx1")] = true
 		if sb.ID != first.ID && sb.SnapshotID != base {
 			t.Errorf("%s: snapshot %q, want the base %s", sb.ID, sb.SnapshotID, base)
 		}
 	}
-	if len(hosts) != 3 || len(rand) != 3 {
-		t.Errorf("got %d hostnames and %d urandom reads over 3 sandboxes, want 3 and 3", len(hosts), len(rand))
+	if len(hosts) != 3 || len(rand) != 3 || len(machines) != 3 {
+		t.Errorf("got %d hostnames, %d urandom reads and %d machine ids over 3 sandboxes, want 3 of each", len(hosts), len(rand), len(machines))
 	}
 	if got := sh(t, m, claimed.ID, "echo $WHO; cat /root/mine 2>/dev/null || echo none"); got != "claimed\nnone\n" {
 		t.Errorf("claimed sandbox: got %q, want its own env and not the first one's file", got)
