@@ -136,7 +136,7 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 	// The previous hostd may have died in the middle of a frame on the
 	// channel (or after a capture that cut one), which swallows the reset
 	// marker of the first connection: tryConnect drops it for a padded one.
-	if err := b.tryConnect(ctx, adoptAttempt); err != nil {
+	if err := b.tryConnect(ctx, adoptAttempt, health); err != nil {
 		_ = vm.Release()
 		return fmt.Errorf("guest agent did not answer: %w", err)
 	}

@@ -109,6 +109,22 @@ func (b *box) nextOverlay() string {
 // Dialing waits on b.dialing, not on b.mu, so that a caller whose ctx ends
 // stops waiting for a guest that does not answer.
 func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
+	return b.clientProbed(ctx, health)
+}
+
+// probe checks a new agent connection: the guest's answer to its first
+// calls, within ctx.
+type probe func(ctx context.Context, c *agentclient.Client) error
+
+// health is the probe of client: a Health call.
+func health(ctx context.Context, c *agentclient.Client) error {
+	_, err := c.Health(ctx)
+	return err
+}
+
+// clientProbed is client with the probe a new connection must pass before
+// it is the box's (an existing one is returned as it is).
+func (b *box) clientProbed(ctx context.Context, check probe) (*agentclient.Client, error) {
 	if c := b.current(); c != nil {
 		return c, nil
 	}
@@ -128,7 +144,7 @@ func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
 	c := agentclient.New(countingConn{Conn: conn, mt: b.meter}, agentclient.WithFileStreams(b.dialFiles))
 	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
-	if _, err := c.Health(hctx); err != nil {
+	if err := check(hctx, c); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -161,7 +177,8 @@ func (b *box) dialFiles(ctx context.Context) (net.Conn, error) {
 	return countingConn{Conn: conn, mt: b.meter}, nil
 }
 
-// healthTimeout bounds the Health call that opens an agent connection.
+// healthTimeout bounds the probe (a Health call) that opens an agent
+// connection.
 const healthTimeout = 30 * time.Second
 
 // current returns b's open agent client, or nil.
@@ -177,7 +194,7 @@ func (b *box) current() *agentclient.Client {
 // connect dials a booting guest's agent within timeout, in attempts of
 // bootAttempt; on failure it stops the VM.
 func (b *box) connect(ctx context.Context, timeout time.Duration) error {
-	return b.connectTries(ctx, timeout, bootAttempt)
+	return b.connectTries(ctx, timeout, bootAttempt, health)
 }
 
 // bootAttempt bounds one connection to a booting guest: a boot takes 1-3 s
@@ -191,19 +208,20 @@ const bootAttempt = 20 * time.Second
 // no answer is dropped for a fresh one (the VMM then resyncs the channel
 // afresh: a snapshot may have cut a frame of the parent's session in two,
 // and the guest swallowed the first marker in it).
-func (b *box) reconnect(ctx context.Context, timeout time.Duration) error {
-	return b.connectTries(ctx, timeout, connectAttempt)
+func (b *box) reconnect(ctx context.Context, timeout time.Duration, check probe) error {
+	return b.connectTries(ctx, timeout, connectAttempt, check)
 }
 
 // connectAttempt bounds one connection's wait for a restored guest's answer.
 const connectAttempt = 5 * time.Second
 
 // connectTries connects b's agent within timeout, in attempts of attempt
-// each (0: one attempt); on failure it stops the VM.
-func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration) error {
+// each (0: one attempt), each connection checked by check; on failure it
+// stops the VM.
+func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration, check probe) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := b.tryConnect(bctx, attempt); err != nil {
+	if err := b.tryConnect(bctx, attempt, check); err != nil {
 		stopErr := b.vm.Stop(context.WithoutCancel(ctx))
 		return errors.Join(fmt.Errorf("guest agent did not answer: %w (console: %s)", err, tail(filepath.Join(b.dir, "console.log"))), stopErr)
 	}
@@ -214,14 +232,14 @@ func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration) 
 // exits, each connection within attempt (0: one connection, as long as
 // ctx). A connection that fails or gets no answer is dropped, and the
 // next one padded (the VMM resyncs the channel afresh).
-func (b *box) tryConnect(ctx context.Context, attempt time.Duration) error {
+func (b *box) tryConnect(ctx context.Context, attempt time.Duration, check probe) error {
 	for {
 		actx, acancel := ctx, context.CancelFunc(func() {})
 		if attempt > 0 {
 			actx, acancel = context.WithTimeout(ctx, attempt)
 		}
 		start := time.Now()
-		_, err := b.client(actx)
+		_, err := b.clientProbed(actx, check)
 		acancel()
 		if err == nil || attempt == 0 || ctx.Err() != nil || errors.Is(err, vmm.ErrNotRunning) || b.vmGone() {
 			return err

@@ -264,7 +264,7 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
 	}
-	if err := b.reconnect(ctx, w.m.opts.BootTimeout); err != nil {
+	if err := b.reconnect(ctx, w.m.opts.BootTimeout, health); err != nil {
 		return err
 	}
 	if err := prepareGuest(ctx, b, true); err != nil {

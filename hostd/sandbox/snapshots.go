@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/internal/fault"
@@ -178,25 +179,39 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 		return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
 	}
 	ph.done("resume")
-	if err := b.reconnect(ctx, m.opts.BootTimeout); err != nil {
+	// The clock, entropy and identity calls are the new connection's probe:
+	// the guest's answer to them is its agent's, with no Health call before.
+	prepared := false
+	prepare := func(ctx context.Context, c *agentclient.Client) error {
+		err := prepareClient(ctx, c, b.id, identity)
+		prepared = err == nil
 		return err
 	}
-	ph.done("agent") // channel reset and handshake
-	if err := prepareGuest(ctx, b, identity); err != nil {
-		return errors.Join(fmt.Errorf("sandbox: prepare restored guest: %w", err), b.vm.Stop(context.WithoutCancel(ctx)))
+	if err := b.reconnect(ctx, m.opts.BootTimeout, prepare); err != nil {
+		return err
 	}
-	ph.done("clock_entropy_identity")
+	if !prepared { // the box had a connection already
+		if err := prepareGuest(ctx, b, identity); err != nil {
+			return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
+		}
+	}
+	ph.done("agent") // channel reset and handshake: clock, entropy, identity
 	return nil
 }
 
-// prepareGuest sets a restored guest's clock and reseeds its RNG and, with
-// identity, gives it b's hostname and a new machine id: in one round trip,
-// not three, as the agent serves the calls concurrently.
+// prepareGuest is prepareClient over b's agent connection.
 func prepareGuest(ctx context.Context, b *box, identity bool) error {
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
+	return prepareClient(ctx, c, b.id, identity)
+}
+
+// prepareClient sets a restored guest's clock and reseeds its RNG and, with
+// identity, gives it the hostname id and a new machine id: in one round
+// trip, not three, as the agent serves the calls concurrently.
+func prepareClient(ctx context.Context, c *agentclient.Client, id string, identity bool) error {
 	entropy := make([]byte, 64)
 	_, _ = rand.Read(entropy)
 	var wg sync.WaitGroup
@@ -204,8 +219,11 @@ func prepareGuest(ctx context.Context, b *box, identity bool) error {
 	wg.Go(func() { errs[0] = c.SetTime(ctx, time.Now()) })
 	wg.Go(func() { errs[1] = c.Reseed(ctx, entropy) })
 	if identity {
-		wg.Go(func() { errs[2] = c.SetIdentity(ctx, b.id, randomHex(16)) })
+		wg.Go(func() { errs[2] = c.SetIdentity(ctx, id, randomHex(16)) })
 	}
 	wg.Wait()
-	return errors.Join(errs[:]...)
+	if err := errors.Join(errs[:]...); err != nil {
+		return fmt.Errorf("sandbox: prepare restored guest: %w", err)
+	}
+	return nil
 }
