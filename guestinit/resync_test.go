@@ -102,3 +102,52 @@ func TestResyncAfterHostDiedMidFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestResyncReaderHoldsItsEnd: a reader with marked and hold closes marked
+// at the marker and returns its io.EOF only once hold is closed, without
+// reading past the marker meanwhile (the next session reads from there).
+func TestResyncReaderHoldsItsEnd(t *testing.T) {
+	first := frame(2, nil, 7)
+	src := bytes.NewReader(append(append(append([]byte{}, first...), channel.ResetMarker...), "next"...))
+	hold := make(chan struct{})
+	r := &resyncReader{src: src, marked: make(chan struct{}), hold: hold}
+	type result struct {
+		b   []byte
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(r)
+		got <- result{b, err}
+	}()
+	<-r.marked
+	select {
+	case res := <-got:
+		t.Fatalf("Read returned %q, %v before hold was closed", res.b, res.err)
+	default:
+	}
+	if rest := string(append(r.rest(), mustReadAll(t, src)...)); rest != "next" {
+		t.Errorf("after the marker: %q, want the next session's bytes", rest)
+	}
+	close(hold)
+	if res := <-got; res.err != nil || !bytes.Equal(res.b, first) {
+		t.Errorf("got %q, %v; want the first session's frame, then io.EOF", res.b, res.err)
+	}
+}
+
+// TestCutWriter: a cut writer refuses later writes, so a retired session's
+// frames never follow the next session's.
+func TestCutWriter(t *testing.T) {
+	var dev bytes.Buffer
+	w := &cutWriter{w: &dev}
+	if _, err := w.Write([]byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	w.cut()
+	if n, err := w.Write([]byte("late")); n != 0 || !errors.Is(err, errRetired) {
+		t.Errorf("write after cut: %d, %v; want 0, errRetired", n, err)
+	}
+	if dev.String() != "old" {
+		t.Errorf("device got %q, want only what came before the cut", dev.String())
+	}
+}
