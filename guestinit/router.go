@@ -117,12 +117,18 @@ func (r *Router) ServeVsock() error {
 // frame boundary (a new host, or a guest restored from a snapshot), and the
 // next session starts right after a marker.
 func (r *Router) ServeSerial(dev string) {
-	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		r.log.Error("open serial port", "device", dev, "err", err)
 		return
 	}
-	f := os.NewFile(uintptr(fd), dev) // blocking: reads park a thread, not the poller
+	// Nonblocking, so reads and writes wait in Go's poller. A blocking read
+	// (the channel's reader is nearly always in one) held the only P of a
+	// one-vCPU guest in a syscall: every other goroutine that woke (an
+	// answer to send, an exit, a signal) waited for sysmon to take the P
+	// back, up to 10 ms each, and a restored guest's wake took 30-40 ms
+	// longer. With the host away, reads return EOF at once either way.
+	f := os.NewFile(uintptr(fd), dev)
 	var start, pending []byte
 	haveStart := false
 	for {
