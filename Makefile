@@ -6,7 +6,7 @@ export AGENTBOX_CACHE := $(CACHE)
 BIN := $(CURDIR)/bin
 # The initramfs holds this checkout's guestinit, so it is a build output of
 # the checkout (bin/), not of the shared asset cache.
-export AGENTBOX_INITRAMFS ?= $(BIN)/initramfs.cpio.gz
+export AGENTBOX_INITRAMFS ?= $(BIN)/initramfs.cpio
 TOOLBIN := $(CURDIR)/bin/tools
 # Tests that boot real VMs carry the build tag `vm` (so `go test ./...` runs
 # anywhere, without guest assets); these are the packages that have some.

@@ -23,7 +23,7 @@ PACKAGES=(
 	zstd      # .ko.zst modules, zstd payloads (6.12+)
 	xz-utils  # .ko.xz modules
 	cpio      # initramfs
-	gzip      # initramfs compression
+	gzip      # compressed archives
 	file      # sanity checks (ELF, qcow2)
 	binutils  # readelf: checks the PVH ELF note of vmlinux
 	# protocol

@@ -140,7 +140,7 @@ func CacheDir() string {
 	return DefaultCacheDir
 }
 
-// DefaultInitramfs is AGENTBOX_INITRAMFS, else initramfs.cpio.gz beside the
+// DefaultInitramfs is AGENTBOX_INITRAMFS, else initramfs.cpio beside the
 // running executable (`make build` puts both in bin/), else the one in the
 // cache directory.
 func DefaultInitramfs() string {
@@ -148,12 +148,12 @@ func DefaultInitramfs() string {
 		return p
 	}
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "initramfs.cpio.gz")
+		p := filepath.Join(filepath.Dir(exe), "initramfs.cpio")
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
 	}
-	return filepath.Join(CacheDir(), "initramfs.cpio.gz")
+	return filepath.Join(CacheDir(), "initramfs.cpio")
 }
 
 // WithDefaults returns c with every zero field set to its default.

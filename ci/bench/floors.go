@@ -277,7 +277,7 @@ func (b *bareVM) roundTrips(n int) (time.Duration, error) {
 
 // buildBareInit builds bareinit and packs it with the kernel's modules.
 func buildBareInit(ctx context.Context, dir string) (string, error) {
-	bin, out := filepath.Join(dir, "bareinit"), filepath.Join(dir, "bare.cpio.gz")
+	bin, out := filepath.Join(dir, "bareinit"), filepath.Join(dir, "bare.cpio")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./ci/bench/bareinit")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {

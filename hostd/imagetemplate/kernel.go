@@ -110,7 +110,7 @@ func (b *Builder) initramfsWith(dir string) (string, []string, error) {
 	if err := os.MkdirAll(b.KernelDir, 0o755); err != nil {
 		return "", nil, err
 	}
-	f, err := os.CreateTemp(b.KernelDir, "initramfs-*.cpio.gz")
+	f, err := os.CreateTemp(b.KernelDir, "initramfs-*.cpio")
 	if err != nil {
 		return "", nil, err
 	}

@@ -36,7 +36,7 @@ func TestKernelFor(t *testing.T) {
 	write(t, filepath.Join(root, "mods/modules.order"), []byte("b.ko\na.ko\n"))
 	write(t, filepath.Join(root, "bad/modules.order"), []byte("../vmlinux\n"))
 	write(t, filepath.Join(root, "missing/modules.order"), []byte("gone.ko\n"))
-	base := write(t, filepath.Join(root, "initramfs.cpio.gz"), []byte("BASE-ARCHIVE"))
+	base := write(t, filepath.Join(root, "initramfs.cpio"), []byte("BASE-ARCHIVE"))
 	outside := write(t, filepath.Join(t.TempDir(), "vmlinux"), []byte("\x7fELF"))
 	b := &Builder{Initramfs: base, KernelDir: filepath.Join(root, "kernels")}
 	b.Source.LocalRoots = []string{root}

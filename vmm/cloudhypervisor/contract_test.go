@@ -36,7 +36,7 @@ func testVMConfig(t *testing.T, root, name string) vmm.Config {
 	base := filepath.Join(root, "base.qcow2")
 	if _, err := os.Stat(base); err != nil {
 		writeQcow2(t, base, qcowSpec{})
-		for _, f := range []string{"vmlinux", "initramfs.cpio.gz"} {
+		for _, f := range []string{"vmlinux", "initramfs.cpio"} {
 			if err := os.WriteFile(filepath.Join(root, f), []byte(f), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +45,7 @@ func testVMConfig(t *testing.T, root, name string) vmm.Config {
 	overlay := writeQcow2(t, filepath.Join(dir, "overlay.qcow2"), qcowSpec{backing: base, backingFormat: "qcow2"})
 	return vmm.Config{
 		ID: name, Dir: dir,
-		Kernel: filepath.Join(root, "vmlinux"), Initramfs: filepath.Join(root, "initramfs.cpio.gz"),
+		Kernel: filepath.Join(root, "vmlinux"), Initramfs: filepath.Join(root, "initramfs.cpio"),
 		Cmdline: "quiet", VCPUs: 1, MemoryMiB: 256,
 		Disks:      []vmm.Disk{{Path: overlay}},
 		ConsoleLog: filepath.Join(dir, "console.log"),

@@ -37,7 +37,7 @@ func FindAssets(t testing.TB) Assets {
 	c := CacheDir()
 	a := Assets{
 		Kernel:    filepath.Join(c, "kernel", "vmlinux"),
-		Initramfs: filepath.Join(c, "initramfs.cpio.gz"),
+		Initramfs: filepath.Join(c, "initramfs.cpio"),
 		BaseImage: filepath.Join(c, "images", "base.qcow2"),
 	}
 	if p := os.Getenv("AGENTBOX_INITRAMFS"); p != "" {
@@ -53,7 +53,7 @@ func FindAssets(t testing.TB) Assets {
 	return a
 }
 
-// checkoutInitramfs finds bin/initramfs.cpio.gz at the root of the module
+// checkoutInitramfs finds bin/initramfs.cpio at the root of the module
 // the test runs in: the initramfs that `make initramfs` built from this
 // checkout's guestinit.
 func checkoutInitramfs() string {
@@ -63,7 +63,7 @@ func checkoutInitramfs() string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, "bin", "initramfs.cpio.gz")
+			p := filepath.Join(dir, "bin", "initramfs.cpio")
 			if _, err := os.Stat(p); err == nil {
 				return p
 			}

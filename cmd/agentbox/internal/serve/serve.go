@@ -43,7 +43,7 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "accel", Value: "auto", Usage: "accelerator: auto (probe), kvm or tcg", Sources: cli.EnvVars("AGENTBOX_ACCEL"),
 				Validator: oneOf("auto", "kvm", "tcg")},
 			&cli.StringFlag{Name: "kernel", Usage: "guest kernel (default " + filepath.Join(cache, "kernel", "vmlinux") + ")", Sources: cli.EnvVars("AGENTBOX_KERNEL")},
-			&cli.StringFlag{Name: "initramfs", Usage: "guest initramfs (default " + filepath.Join(cache, "initramfs.cpio.gz") + ")", Sources: cli.EnvVars("AGENTBOX_INITRAMFS")},
+			&cli.StringFlag{Name: "initramfs", Usage: "guest initramfs (default " + filepath.Join(cache, "initramfs.cpio") + ")", Sources: cli.EnvVars("AGENTBOX_INITRAMFS")},
 			&cli.StringFlag{Name: "base-image", Usage: "base root image (default " + filepath.Join(cache, "images", "base.qcow2") + ")", Sources: cli.EnvVars("AGENTBOX_BASE_IMAGE")},
 			&cli.StringFlag{Name: "domain", Usage: "serve host-based service URLs at {port}-{sandbox}.DOMAIN (wildcard DNS to this host)", Sources: cli.EnvVars("AGENTBOX_DOMAIN")},
 			&cli.StringFlag{Name: "recorder", Usage: "the flight recorder: on (default) or off", Sources: cli.EnvVars("AGENTBOX_RECORDER")},
