@@ -46,10 +46,6 @@ type resyncReader struct {
 	left    int    // payload bytes of the current frame still to pass on
 	done    bool   // the marker was seen
 	bad     bool   // a header was not yamux
-	// marked, if set, is closed when the marker is seen; Read then holds
-	// its io.EOF until hold is closed (see Router.ServeSerial).
-	marked chan struct{}
-	hold   <-chan struct{}
 }
 
 // fill reads more of src into r.buf.
@@ -109,10 +105,6 @@ func (r *resyncReader) Read(p []byte) (int, error) {
 		}
 		if bytes.HasPrefix(r.buf, channel.ResetMarker) {
 			r.done = true
-			if r.marked != nil {
-				close(r.marked)
-				<-r.hold
-			}
 			return 0, io.EOF
 		}
 	}

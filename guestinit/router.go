@@ -141,60 +141,14 @@ func (r *Router) ServeSerial(dev string) {
 			}
 			start = rest
 		}
-		hold := make(chan struct{})
-		rr := &resyncReader{src: f, buf: start, marked: make(chan struct{}), hold: hold}
-		w := &cutWriter{w: channel.JoinFrames(f)}
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			r.serveSession(&serialConn{r: rr, w: w})
-		}()
-		select {
-		case <-ended:
-		case <-rr.marked:
-			// A new host. This session may not write again, and its end
-			// (every stream's goroutines) waits a while: on a restored
-			// guest it would take tens of ms of the wake, under TCG.
-			w.cut()
-			time.AfterFunc(retireDelay, func() { close(hold) })
-		}
+		rr := &resyncReader{src: f, buf: start}
+		r.serveSession(&serialConn{r: rr, w: channel.JoinFrames(f)})
 		start, haveStart, pending = rr.rest(), rr.done, rr.pending()
 		if rr.bad {
 			r.log.Warn("agent channel", "err", errDesync)
 		}
 	}
 }
-
-// retireDelay is how long a session replaced by a new host's lives on,
-// idle: its teardown then comes after the new session's first calls.
-const retireDelay = time.Second
-
-// cutWriter passes a session's writes to the device until cut. cut waits
-// for a write in progress, and the frames are joined below it, so no part
-// of a retired session's frame follows the next session's bytes.
-type cutWriter struct {
-	mu   sync.Mutex
-	w    io.Writer
-	done bool
-}
-
-func (c *cutWriter) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done {
-		return 0, errRetired
-	}
-	return c.w.Write(p)
-}
-
-func (c *cutWriter) cut() {
-	c.mu.Lock()
-	c.done = true
-	c.mu.Unlock()
-}
-
-// errRetired fails the writes of a session a new host replaced.
-var errRetired = errors.New("guestinit: agent channel session replaced by a new host")
 
 // serveSession runs one yamux session until it ends.
 func (r *Router) serveSession(conn *serialConn) {
