@@ -322,6 +322,38 @@ func TestVMDeathMarksFailed(t *testing.T) {
 	}
 }
 
+// TestForkFailsAtOnceOnAnAnsweredError: a restored guest whose agent
+// answers SetIdentity with an error fails the fork with that error, asked
+// once (a new connection would get the same answer), and its VM is stopped.
+func TestForkFailsAtOnceOnAnAnsweredError(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	src := e.create(CreateOptions{})
+	e.d.RefuseIdentity(errors.New("read-only file system"))
+	_, err := e.m.Fork(ctx, src.ID, 1)
+	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("fork: %v, want the agent's answer", err)
+	}
+	restored := 0
+	for _, vm := range e.d.VMs() {
+		if vm.RestoredFrom() == "" {
+			continue
+		}
+		restored++
+		if n := vm.SystemCalls("SetIdentity"); n != 1 {
+			t.Errorf("SetIdentity asked %d times, want once", n)
+		}
+		select {
+		case <-vm.Done():
+		default:
+			t.Errorf("restored VM %s still runs", vm.Config().ID)
+		}
+	}
+	if restored != 1 {
+		t.Errorf("restored VMs: %d, want 1", restored)
+	}
+}
+
 func TestSnapshotForkLineageAndGC(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

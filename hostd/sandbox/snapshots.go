@@ -181,19 +181,27 @@ func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
 	ph.done("resume")
 	// The clock, entropy and identity calls are the new connection's probe:
 	// the guest's answer to them is its agent's, with no Health call before.
+	// Only a call that got no answer (the channel closed, the attempt's
+	// time ran out) tries a new connection; an error the agent answered
+	// fails the wake at once, as a new connection would get it too.
 	prepared := false
+	var prepErr error
 	prepare := func(ctx context.Context, c *agentclient.Client) error {
 		err := prepareClient(ctx, c, b.id, identity)
-		prepared = err == nil
-		return err
+		if err != nil && (errors.Is(err, agentclient.ErrClosed) || ctx.Err() != nil) {
+			return err
+		}
+		prepared, prepErr = true, err
+		return nil
 	}
 	if err := b.reconnect(ctx, m.opts.BootTimeout, prepare); err != nil {
 		return err
 	}
 	if !prepared { // the box had a connection already
-		if err := prepareGuest(ctx, b, identity); err != nil {
-			return errors.Join(err, b.vm.Stop(context.WithoutCancel(ctx)))
-		}
+		prepErr = prepareGuest(ctx, b, identity)
+	}
+	if prepErr != nil {
+		return errors.Join(prepErr, b.vm.Stop(context.WithoutCancel(ctx)))
 	}
 	ph.done("agent") // channel reset and handshake: clock, entropy, identity
 	return nil

@@ -40,6 +40,7 @@ type FakeDriver struct {
 	failStart   error
 	failRestore error
 	failSnap    error
+	identityErr error
 	starts      int
 	restores    int
 	vms         []*FakeVM
@@ -106,6 +107,10 @@ func (d *FakeDriver) SetStartDelay(t time.Duration) { d.set(func() { d.startDela
 
 // SetBootDelay changes FakeOptions.BootDelay for later VMs.
 func (d *FakeDriver) SetBootDelay(t time.Duration) { d.set(func() { d.bootDelay = t }) }
+
+// RefuseIdentity makes the agents of later VMs answer SetIdentity with err
+// (nil: they accept it again).
+func (d *FakeDriver) RefuseIdentity(err error) { d.set(func() { d.identityErr = err }) }
 
 // Starts is the number of Start calls so far, failed ones included.
 func (d *FakeDriver) Starts() int { d.mu.Lock(); defer d.mu.Unlock(); return d.starts }
@@ -205,7 +210,7 @@ func (d *FakeDriver) launch(ctx context.Context, cfg vmm.Config, from string, st
 		return nil, err
 	}
 	d.mu.Lock()
-	delay, boot := d.startDelay, d.bootDelay
+	delay, boot, identityErr := d.startDelay, d.bootDelay, d.identityErr
 	d.mu.Unlock()
 	if err := sleepCtx(ctx, delay); err != nil {
 		return nil, fmt.Errorf("vmmtest: fake start: %w", err)
@@ -214,6 +219,7 @@ func (d *FakeDriver) launch(ctx context.Context, cfg vmm.Config, from string, st
 	if err != nil {
 		return nil, err
 	}
+	g.system.identityErr = identityErr
 	vm := &FakeVM{
 		d: d, cfg: cfg, pid: nextFakePID(), guest: g, restoredFrom: from, bootDelay: boot,
 		disks: append([]vmm.Disk(nil), cfg.Disks...), done: make(chan struct{}),

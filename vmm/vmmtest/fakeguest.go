@@ -462,9 +462,10 @@ func (s *groupSpawner) wait() { s.wg.Wait() }
 type fakeSystem struct {
 	real *agent.System
 
-	mu       sync.Mutex
-	hostname string
-	calls    map[string]int
+	mu          sync.Mutex
+	hostname    string
+	calls       map[string]int
+	identityErr error // SetIdentity's answer (FakeDriver.RefuseIdentity)
 }
 
 func (s *fakeSystem) record(name string) {
@@ -512,6 +513,9 @@ func (s *fakeSystem) Reseed(context.Context, *agentv1.ReseedRequest) (*agentv1.E
 
 func (s *fakeSystem) SetIdentity(_ context.Context, req *agentv1.SetIdentityRequest) (*agentv1.Empty, error) {
 	s.record("SetIdentity")
+	if s.identityErr != nil {
+		return nil, s.identityErr
+	}
 	if req.Hostname != "" {
 		s.mu.Lock()
 		s.hostname = req.Hostname
