@@ -32,6 +32,10 @@ type Command struct {
 	// User, if set, runs the command as that user ("name", "uid",
 	// "name:group", "uid:gid"), resolved by the guest; "" is root.
 	User string
+	// Forget, with StartWait, has the guest drop the session once it has
+	// answered with its exit: the host's own runs (a warm-up) leave none
+	// for List to show.
+	Forget bool
 }
 
 // Output is a piece of a session's output.
@@ -100,7 +104,7 @@ func (c *Client) StartWait(ctx context.Context, cmd Command, wait time.Duration,
 
 func (c *Client) start(ctx context.Context, cmd Command, wait time.Duration, summary bool) (*agentv1.StartResponse, error) {
 	r, err := c.exec.Start(ctx, &agentv1.StartRequest{Id: cmd.ID, Argv: cmd.Argv, Shell: cmd.Shell, Env: cmd.Env, Cwd: cmd.Cwd, Stdin: cmd.Stdin,
-		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols, User: cmd.User, WaitMs: uint32(wait / time.Millisecond), Summary: summary})
+		Tty: cmd.Tty, Rows: cmd.Rows, Cols: cmd.Cols, User: cmd.User, WaitMs: uint32(wait / time.Millisecond), Summary: summary, Forget: cmd.Forget})
 	if err != nil {
 		if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
 			return nil, fmt.Errorf("%w: %s", ErrStart, st.Message())

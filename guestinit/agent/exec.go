@@ -172,6 +172,9 @@ func (e *Exec) Start(ctx context.Context, req *agentv1.StartRequest) (*agentv1.S
 		if resp.Output.Exited && req.Summary {
 			resp.Summary = s.summary()
 		}
+		if resp.Output.Exited && req.Forget {
+			e.forget(s)
+		}
 	}
 	return resp, nil
 }
@@ -530,6 +533,19 @@ func (e *Exec) add(s *session) {
 			e.order = slices.Delete(e.order, i, i+1)
 			return
 		}
+	}
+}
+
+// forget drops finished session s, as if evicted.
+func (e *Exec) forget(s *session) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sessions[s.id] != s {
+		return
+	}
+	delete(e.sessions, s.id)
+	if i := slices.Index(e.order, s); i >= 0 {
+		e.order = slices.Delete(e.order, i, i+1)
 	}
 }
 

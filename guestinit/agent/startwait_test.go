@@ -109,3 +109,47 @@ func TestStartWithTheHostsID(t *testing.T) {
 		t.Errorf("the id of a start that failed: %q, %v; want it free again", r.GetId(), err)
 	}
 }
+
+// A session started with forget is gone once the answer holds its exit: the
+// host's warm-up runs leave nothing for List or Read. One that has not exited
+// by the answer stays, and so does every other session.
+func TestStartForgets(t *testing.T) {
+	e := NewExec(WaitSpawner{}, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	kept, err := e.Start(ctx, &agentv1.StartRequest{Argv: []string{"true"}, WaitMs: 30000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.Start(ctx, &agentv1.StartRequest{Id: "warm-up", Argv: []string{"true"}, WaitMs: 30000, Summary: true, Forget: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Output == nil || !r.Output.Exited || r.Summary == nil {
+		t.Fatalf("forget: output %v summary %v, want the exit and its summary still", r.Output, r.Summary)
+	}
+	if _, err := e.Read(ctx, &agentv1.ReadOutputRequest{Id: "warm-up"}); status.Code(err) != codes.NotFound {
+		t.Errorf("read of a forgotten session: %v, want NotFound", err)
+	}
+	slow, err := e.Start(ctx, &agentv1.StartRequest{Shell: "sleep 0.3", WaitMs: 1, Forget: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.Output == nil || slow.Output.Exited {
+		t.Fatalf("sleep: output %v, want no exit in 1 ms", slow.Output)
+	}
+	list, err := e.List(ctx, &agentv1.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range list.Sessions {
+		ids = append(ids, s.Id)
+	}
+	if len(ids) != 2 || ids[0] != kept.Id || ids[1] != slow.Id {
+		t.Errorf("sessions %v, want [%s %s]: the forgotten one gone, the running one kept", ids, kept.Id, slow.Id)
+	}
+	// The forgotten id is free again.
+	if _, err := e.Start(ctx, &agentv1.StartRequest{Id: "warm-up", Argv: []string{"true"}, WaitMs: 30000}); err != nil {
+		t.Errorf("the id of a forgotten session: %v, want it free", err)
+	}
+}

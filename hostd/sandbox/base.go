@@ -221,6 +221,12 @@ func (bs *bases) capture(ctx context.Context, b *box, rec store.Sandbox, key str
 	if err != nil {
 		return err
 	}
+	// A restored sandbox's first exec then finds the binaries in the page
+	// cache and the agent's exec path used. Best effort: an image without
+	// `true` still gets its base snapshot.
+	if err := warmExecs(ctx, c, bs.cfg.watch); err != nil {
+		bs.log.Warn("base snapshot: warm-up exec", "sandbox_id", b.id, "err", err)
+	}
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: map[string]string{}, Cwd: b.cwd}
 	sn, err := bs.snaps.Capture(ctx, src, c, snapshot.Options{Kind: baseKind, CacheKey: key})

@@ -39,6 +39,13 @@ func TestBaseSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The base snapshot's and the pool's warm-up execs leave no session
+	// behind: a new sandbox lists none.
+	for _, sb := range []sandbox.Info{claimed, restored} {
+		if list, err := m.Service().Sessions(ctx, sb.ID); err != nil || len(list) != 0 {
+			t.Errorf("%s: sessions before any exec: %+v, %v; want none", sb.ID, list, err)
+		}
+	}
 	hosts, rand, machines := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, sb := range []sandbox.Info{first, claimed, restored} {
 		hosts[sh(t, m, sb.ID, "hostname")] = true

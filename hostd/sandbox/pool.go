@@ -274,8 +274,21 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err != nil {
 		return err
 	}
+	if err := warmExecs(ctx, c, w.m.rec.on()); err != nil {
+		return err
+	}
+	return b.vm.Pause(ctx)
+}
+
+// warmExecs runs `true` twice in the guest of c and waits for each exit,
+// so that the exec path has run once: the agent's first spawn and the
+// guest's page cache of the binary and its loader and libc. The guest
+// forgets both sessions. Pool VMs run it after their restore (for the
+// VMM's translation cache), base snapshots before their capture (so every
+// sandbox restored from one starts with that guest state).
+func warmExecs(ctx context.Context, c *agentclient.Client, summary bool) error {
 	for range 2 {
-		st, err := c.StartWait(ctx, agentclient.Command{Argv: []string{"true"}}, startWait, w.m.rec.on())
+		st, err := c.StartWait(ctx, agentclient.Command{Argv: []string{"true"}, Forget: true}, startWait, summary)
 		if err != nil {
 			return err
 		}
@@ -285,7 +298,7 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 			}
 		}
 	}
-	return b.vm.Pause(ctx)
+	return nil
 }
 
 // Templates serves the manager's templates: named snapshots, each with a

@@ -211,7 +211,11 @@ type StartRequest struct {
 	// id, if set, names the session (letters, digits, '-', '_'; at most 64):
 	// the host's choice, so that it knows the session even when the answer
 	// is lost. An id in use fails the start.
-	Id            string `protobuf:"bytes,12,opt,name=id,proto3" json:"id,omitempty"`
+	Id string `protobuf:"bytes,12,opt,name=id,proto3" json:"id,omitempty"`
+	// forget, with wait_ms, drops the session once the answer holds its exit:
+	// List no longer shows it, nor can Read find it. The host's own runs (a
+	// warm-up before a snapshot) leave no session behind for the user.
+	Forget        bool `protobuf:"varint,13,opt,name=forget,proto3" json:"forget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +332,13 @@ func (x *StartRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *StartRequest) GetForget() bool {
+	if x != nil {
+		return x.Forget
+	}
+	return false
 }
 
 type StartResponse struct {
@@ -2661,7 +2672,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vErrnoDetail\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\fR\x04path\"\xe5\x02\n" +
+	"\x04path\x18\x03 \x01(\fR\x04path\"\xfd\x02\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12:\n" +
@@ -2675,7 +2686,8 @@ const file_agent_proto_rawDesc = "" +
 	"\await_ms\x18\n" +
 	" \x01(\rR\x06waitMs\x12\x18\n" +
 	"\asummary\x18\v \x01(\bR\asummary\x12\x0e\n" +
-	"\x02id\x18\f \x01(\tR\x02id\x1a6\n" +
+	"\x02id\x18\f \x01(\tR\x02id\x12\x16\n" +
+	"\x06forget\x18\r \x01(\bR\x06forget\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x01\n" +
