@@ -222,9 +222,9 @@ func (bs *bases) capture(ctx context.Context, b *box, rec store.Sandbox, key str
 		return err
 	}
 	// A restored sandbox's first exec then finds the binaries in the page
-	// cache and the agent's exec path used. Best effort: an image without
-	// `true` still gets its base snapshot.
-	if err := warmExecs(ctx, c, bs.cfg.watch); err != nil {
+	// cache and the agent's exec path used. Best effort: a guest that fails
+	// it still gets its base snapshot (the capture checks the agent again).
+	if err := warmExecs(ctx, c, bs.cfg.watch, warmRuns); err != nil {
 		bs.log.Warn("base snapshot: warm-up exec", "sandbox_id", b.id, "err", err)
 	}
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,

@@ -274,21 +274,29 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err != nil {
 		return err
 	}
-	if err := warmExecs(ctx, c, w.m.rec.on()); err != nil {
+	if err := warmExecs(ctx, c, w.m.rec.on(), warmRuns); err != nil {
 		return err
 	}
 	return b.vm.Pause(ctx)
 }
 
-// warmExecs runs `true` twice in the guest of c and waits for each exit,
-// so that the exec path has run once: the agent's first spawn and the
-// guest's page cache of the binary and its loader and libc. The guest
-// forgets both sessions. Pool VMs run it after their restore (for the
-// VMM's translation cache), base snapshots before their capture (so every
-// sandbox restored from one starts with that guest state).
-func warmExecs(ctx context.Context, c *agentclient.Client, summary bool) error {
-	for range 2 {
-		st, err := c.StartWait(ctx, agentclient.Command{Argv: []string{"true"}, Forget: true}, startWait, summary)
+// warmRuns are what warmExecs runs: the binary most commands start
+// with, then the shell that a script (and the SDKs' run) goes through.
+var warmRuns = [][]string{{"true"}, {"/bin/sh", "-c", "true"}}
+
+// warmExecs runs each of runs in the guest of c and waits for its exit, so
+// that the exec path has run: the agent's spawn, and the guest's page cache
+// of the binaries, their loader and libc. The guest forgets the sessions.
+// A command the image lacks (the agent refuses to start it) is skipped.
+// Pool VMs run it after their restore (for the VMM's translation cache),
+// base snapshots before their capture (so every sandbox restored from one
+// starts with that guest state).
+func warmExecs(ctx context.Context, c *agentclient.Client, summary bool, runs [][]string) error {
+	for _, argv := range runs {
+		st, err := c.StartWait(ctx, agentclient.Command{Argv: argv, Forget: true}, startWait, summary)
+		if errors.Is(err, agentclient.ErrStart) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
