@@ -8,8 +8,9 @@
 //
 //   - fanotify.go reads and parses raw fanotify events in FID mode.
 //   - resolve.go turns directory file handles back into paths.
-//   - watcher.go owns the fanotify fd in one goroutine, maps raw events to
-//     created/modified/deleted/renamed, and serves Flush.
+//   - watcher.go drains the fanotify fd (in Run's goroutine as events come,
+//     in Flush's caller at an exec's end), maps raw events to
+//     created/modified/deleted/renamed.
 //   - packages.go, dpkg.go detect package changes from file events.
 //   - ring.go holds the events; service.go serves them.
 package watch

@@ -54,11 +54,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// maxFlushWait bounds Flush, so a wedged watcher cannot hold up an exit.
-const maxFlushWait = 5 * time.Second
-
-// Watcher turns fanotify events into guest events in a Ring. One goroutine
-// (Run) owns the fanotify fd and all the state; Flush is served by it too.
+// Watcher turns fanotify events into guest events in a Ring. Run drains the
+// fanotify fd as events come; Flush drains it in its caller, at once. They
+// take turns under drainMu, which guards the fd and all the drain state.
 type Watcher struct {
 	cfg     Config
 	ring    *Ring
@@ -74,8 +72,12 @@ type Watcher struct {
 	hashBuf  []byte
 	sessions map[int]string
 
+	// drainMu is held by a drain (Run's or Flush's); closed says the fds
+	// are closed.
+	drainMu sync.Mutex
+	closed  bool
+
 	mu      sync.Mutex
-	flushes []chan struct{} // Flush calls waiting for the next drain
 	closing bool
 	done    chan struct{} // closed when Run returns
 }
@@ -144,12 +146,11 @@ func (w *Watcher) mark(p string) error {
 	return nil
 }
 
-// Run processes events until Close. It parses the dpkg status file first,
-// so New stays cheap on the boot path.
+// Run processes events until Close. The first drain parses the dpkg status
+// file, so New stays cheap on the boot path.
 func (w *Watcher) Run() {
 	defer close(w.done)
 	defer w.closeFDs()
-	w.det = newDetector(w.cfg.DpkgStatus)
 	fds := []unix.PollFd{{Fd: int32(w.fan), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}}
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
@@ -164,15 +165,9 @@ func (w *Watcher) Run() {
 			w.linger()
 		}
 		w.mu.Lock()
-		waiting, closing := w.flushes, w.closing
-		w.flushes = nil
+		closing := w.closing
 		w.mu.Unlock()
-		// Taken before draining: a Flush that arrives later wakes the
-		// next round, so its events are drained after it asked.
-		w.drain()
-		for _, ch := range waiting {
-			close(ch)
-		}
+		w.drainLocked()
 		if closing {
 			return
 		}
@@ -180,10 +175,10 @@ func (w *Watcher) Run() {
 }
 
 // lingerFor is how long the watcher lets a burst of events queue up before
-// it reads them (a Flush ends the wait at once).
+// it reads them (a Flush drains them at once, itself).
 const lingerFor = 25 // ms
 
-// linger waits lingerFor, or until a Flush or Close pokes. Reading events
+// linger waits lingerFor, or until Close pokes. Reading events
 // one by one as they come would interrupt a writing process at each file
 // (a context switch per event, dear on a small or emulated CPU); after the
 // wait, one read takes the whole burst, and the kernel has merged the
@@ -196,28 +191,26 @@ func (w *Watcher) linger() {
 	}
 }
 
-// Flush returns once every event queued before the call is in the ring (or
-// after 5s). It returns at once on a nil or closed Watcher.
+// Flush returns once every event queued before the call is in the ring: it
+// drains them itself, in the caller (or waits for the drain under way).
+// Handing the drain to Run's goroutine instead cost an exec's end a wakeup
+// of that goroutine and, with one vCPU, the wait until the Go scheduler
+// took the P back from it as it blocked in poll again (up to a sysmon
+// tick, ~5 ms per exec under TCG). It returns at once on a nil or closed
+// Watcher.
 func (w *Watcher) Flush() {
 	if w == nil {
 		return
 	}
-	ch := make(chan struct{})
-	w.mu.Lock()
-	if w.closing {
-		w.mu.Unlock()
-		return
-	}
-	w.flushes = append(w.flushes, ch)
-	w.mu.Unlock()
-	w.poke()
-	t := time.NewTimer(maxFlushWait)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-w.done:
-	case <-t.C:
-		w.cfg.Log.Warn("watch: flush timed out")
+	w.drainLocked()
+}
+
+// drainLocked drains under drainMu, unless the fds are closed.
+func (w *Watcher) drainLocked() {
+	w.drainMu.Lock()
+	defer w.drainMu.Unlock()
+	if !w.closed {
+		w.drain()
 	}
 }
 
@@ -240,6 +233,9 @@ func (w *Watcher) poke() {
 }
 
 func (w *Watcher) closeFDs() {
+	w.drainMu.Lock()
+	defer w.drainMu.Unlock()
+	w.closed = true
 	unix.Close(w.fan)
 	unix.Close(w.wake)
 	w.res.close()
@@ -247,6 +243,9 @@ func (w *Watcher) closeFDs() {
 
 // drain reads and handles every queued event, until the fd would block.
 func (w *Watcher) drain() {
+	if w.det == nil {
+		w.det = newDetector(w.cfg.DpkgStatus)
+	}
 	defer clear(w.sessions)
 	defer w.recordLater("/")
 	for {
