@@ -99,17 +99,28 @@ func (vm *VM) Snapshot(ctx context.Context, dir string) error {
 	if err := vm.ignoreShared(ctx, vm.mem != nil); err != nil {
 		return err
 	}
-	start := time.Now()
-	if err := vm.migrateTo(ctx, filepath.Join(dir, snapState)); err != nil {
-		return err
-	}
-	vm.phase("vmm_state", start)
+	// The paused VM's RAM does not change, and a migration that leaves
+	// shared RAM out does not write it: the memory is copied while QEMU
+	// writes the device state.
+	memDone := make(chan error, 1)
 	if vm.mem != nil {
-		start = time.Now()
-		if err := copySparse(filepath.Join(dir, snapMemory), vm.mem, int64(vm.cfg.MemoryMiB)<<20); err != nil {
-			return fmt.Errorf("qemu: save memory: %w", err)
-		}
-		vm.phase("vmm_memory", start)
+		go func() {
+			start := time.Now()
+			err := copySparse(filepath.Join(dir, snapMemory), vm.mem, int64(vm.cfg.MemoryMiB)<<20)
+			vm.phase("vmm_memory", start)
+			memDone <- err
+		}()
+	} else {
+		memDone <- nil
+	}
+	start := time.Now()
+	err := vm.migrateTo(ctx, filepath.Join(dir, snapState))
+	vm.phase("vmm_state", start)
+	if memErr := <-memDone; memErr != nil {
+		err = errors.Join(err, fmt.Errorf("qemu: save memory: %w", memErr))
+	}
+	if err != nil {
+		return err
 	}
 	b, _ := json.Marshal(meta)
 	return os.WriteFile(filepath.Join(dir, snapMeta), b, 0o644)
