@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -83,6 +84,9 @@ type Options struct {
 	// BasePool is how many paused sandboxes of the default shape's base
 	// snapshot are kept warm (with BaseSnapshots; 0 keeps none).
 	BasePool int
+	// ForkParallel is how many of one fork's copies start at once
+	// (default: the host's CPUs, at least 2).
+	ForkParallel int
 }
 
 // Validate checks the options.
@@ -184,6 +188,9 @@ func New(opts Options) (*Manager, error) {
 	}
 	if opts.IdleCPU == 0 {
 		opts.IdleCPU = DefaultIdleCPU
+	}
+	if opts.ForkParallel == 0 {
+		opts.ForkParallel = max(2, runtime.NumCPU())
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = nopObserver{}
