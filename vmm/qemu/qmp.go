@@ -48,11 +48,13 @@ type qmpReply struct {
 // qmp is a QMP client. One goroutine owns the socket: commands are queued to
 // it and sent one at a time; each caller waits for its answer or its ctx.
 type qmp struct {
-	conn   net.Conn
-	reqs   chan qmpRequest
-	events chan qmpEvent
-	done   chan struct{}
-	once   sync.Once
+	conn net.Conn
+	reqs chan qmpRequest
+	done chan struct{}
+	once sync.Once
+
+	subMu sync.Mutex
+	subs  map[chan qmpEvent]struct{}
 }
 
 // dialQMP connects to a QMP socket and negotiates capabilities.
@@ -62,7 +64,7 @@ func dialQMP(ctx context.Context, path string) (*qmp, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: dial qmp: %w", err)
 	}
-	q := &qmp{conn: conn, reqs: make(chan qmpRequest), events: make(chan qmpEvent, 64), done: make(chan struct{})}
+	q := &qmp{conn: conn, reqs: make(chan qmpRequest), done: make(chan struct{}), subs: map[chan qmpEvent]struct{}{}}
 	lines := make(chan []byte)
 	go q.readLoop(bufio.NewReader(conn), lines)
 	// The greeting comes first.
@@ -168,14 +170,34 @@ func (q *qmp) write(b []byte, fd *os.File) error {
 	return err
 }
 
+// event passes an event to every subscriber that has room for it; one
+// that has none misses it (subscribers re-check by a query now and then).
 func (q *qmp) event(line []byte) {
 	var ev qmpEvent
 	if json.Unmarshal(line, &ev) != nil || ev.Event == "" {
 		return
 	}
-	select {
-	case q.events <- ev:
-	default: // nobody is listening; drop it
+	q.subMu.Lock()
+	defer q.subMu.Unlock()
+	for c := range q.subs {
+		select {
+		case c <- ev:
+		default:
+		}
+	}
+}
+
+// subscribe returns a channel of the events QEMU sends from now on, and
+// the function that ends the subscription.
+func (q *qmp) subscribe() (<-chan qmpEvent, func()) {
+	c := make(chan qmpEvent, 16)
+	q.subMu.Lock()
+	q.subs[c] = struct{}{}
+	q.subMu.Unlock()
+	return c, func() {
+		q.subMu.Lock()
+		delete(q.subs, c)
+		q.subMu.Unlock()
 	}
 }
 

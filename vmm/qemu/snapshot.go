@@ -79,9 +79,13 @@ func (vm *VM) setMigration(ctx context.Context) error {
 
 // ignoreShared sets whether migrations leave shared RAM out of the stream.
 // Both ends of one snapshot must agree: on for memory format "file", off
-// for "stream".
+// for "stream". It also turns on the MIGRATION events that waitMigration
+// waits for.
 func (vm *VM) ignoreShared(ctx context.Context, on bool) error {
-	caps := map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}}}
+	caps := map[string]any{"capabilities": []map[string]any{
+		{"capability": "x-ignore-shared", "state": on},
+		{"capability": "events", "state": true},
+	}}
 	_, err := vm.qmp.run(ctx, "migrate-set-capabilities", caps)
 	return err
 }
@@ -142,30 +146,86 @@ func (vm *VM) migrateTo(ctx context.Context, path string) error {
 	if _, err := vm.qmp.runFD(ctx, "getfd", map[string]any{"fdname": "snapshot"}, f); err != nil {
 		return err
 	}
+	events, unsubscribe := vm.qmp.subscribe()
+	defer unsubscribe()
 	if _, err := vm.qmp.run(ctx, "migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
 		return err
 	}
-	if err := vm.waitMigration(ctx, "query-migrate"); err != nil {
+	if err := vm.waitMigration(ctx, events); err != nil {
 		return err
 	}
 	return vm.waitFinalized(ctx)
 }
 
-// waitMigration polls until a migration has completed or failed.
-func (vm *VM) waitMigration(ctx context.Context, query string) error {
-	return vm.pollStatus(ctx, query, 2*time.Millisecond, func(raw []byte, status string) (bool, error) {
-		switch status {
-		case "completed":
-			return true, nil
-		case "failed", "cancelled":
-			var st struct {
-				ErrorDesc string `json:"error-desc"`
-			}
-			_ = json.Unmarshal(raw, &st)
-			return true, fmt.Errorf("qemu: migration %s: %s", status, st.ErrorDesc)
+// migrationRecheck is how often waitMigration asks for the migration's
+// status while no MIGRATION event says it ended: an event that the
+// subscription missed (its buffer full) delays the answer by this much at
+// most.
+const migrationRecheck = 200 * time.Millisecond
+
+// waitMigration waits until a migration has completed or failed: it asks
+// once, then again at each MIGRATION event on events (a subscription made
+// before the migration started) and every migrationRecheck.
+func (vm *VM) waitMigration(ctx context.Context, events <-chan qmpEvent) error {
+	recheck := time.NewTicker(migrationRecheck)
+	defer recheck.Stop()
+	for {
+		raw, err := vm.qmp.run(ctx, "query-migrate", nil)
+		if err != nil {
+			return err
 		}
-		return false, nil
-	})
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("qemu: query-migrate: %w", err)
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("qemu: migration %s: %s", st.Status, st.ErrorDesc)
+		}
+		if err := vm.nextMigrationEvent(ctx, events, recheck.C); err != nil {
+			return err
+		}
+	}
+}
+
+// nextMigrationEvent waits for a MIGRATION event that may end a migration,
+// or the recheck tick.
+func (vm *VM) nextMigrationEvent(ctx context.Context, events <-chan qmpEvent, tick <-chan time.Time) error {
+	for {
+		select {
+		case ev := <-events:
+			if ev.Event != "MIGRATION" {
+				continue
+			}
+			var d struct {
+				Status string `json:"status"`
+			}
+			if json.Unmarshal(ev.Data, &d) == nil && !migrationEnded(d.Status) {
+				continue
+			}
+			return nil
+		case <-tick:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-vm.done:
+			return vmm.ErrNotRunning
+		}
+	}
+}
+
+// migrationEnded reports whether a MIGRATION event's status is final.
+func migrationEnded(status string) bool {
+	switch status {
+	case "completed", "failed", "cancelled":
+		return true
+	}
+	return false
 }
 
 // waitFinalized polls until an outgoing migration that has completed is
@@ -287,10 +347,12 @@ func (vm *VM) migrateFrom(ctx context.Context, path string) error {
 	if _, err := vm.qmp.runFD(ctx, "getfd", map[string]any{"fdname": "snapshot"}, f); err != nil {
 		return err
 	}
+	events, unsubscribe := vm.qmp.subscribe()
+	defer unsubscribe()
 	if _, err := vm.qmp.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:snapshot"}); err != nil {
 		return err
 	}
-	return vm.waitMigration(ctx, "query-migrate")
+	return vm.waitMigration(ctx, events)
 }
 
 // copyInto copies the data extents of the sparse file at path into dst at
