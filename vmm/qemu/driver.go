@@ -146,7 +146,8 @@ func (d *Driver) args(cfg vmm.Config, memory string) []string {
 		// console.go); a writer at its own offset would leave a hole.
 		"-chardev", "file,id=console,append=on,path=" + cfg.ConsoleLog,
 		"-serial", "chardev:console",
-		"-qmp", "unix:" + qmpSocket + ",server=on,wait=off",
+		"-chardev", "socket,id=qmp,fd=" + qmpFD + ",server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=agent,path=" + agentSocket + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name=agentbox.0",
@@ -185,11 +186,18 @@ type launchOpts struct {
 // launch starts QEMU with args and connects QMP.
 func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o launchOpts) (*VM, error) {
 	cmd := exec.Command(d.bin, args...)
-	// fd 3 is the memfd, 4 the tap (see netArgs); a nil entry is closed.
-	cmd.ExtraFiles = []*os.File{o.mem}
-	if cfg.Net != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, cfg.Net.Tap)
+	qmpListener, err := listenQMP(filepath.Join(cfg.Dir, qmpSocket))
+	if err != nil {
+		return nil, err
 	}
+	defer qmpListener.Close() // QEMU has its own
+	// fd 3 is the memfd, 4 the tap (see netArgs), 5 QMP's listening
+	// socket; a nil entry is closed.
+	var tap *os.File
+	if cfg.Net != nil {
+		tap = cfg.Net.Tap
+	}
+	cmd.ExtraFiles = []*os.File{o.mem, tap, qmpListener}
 	cmd.Dir = cfg.Dir // see paths.go
 	cmd.SysProcAttr = jailAttr(cfg)
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -57,6 +57,37 @@ type qmp struct {
 	subs  map[chan qmpEvent]struct{}
 }
 
+// qmpFD is QMP's listening socket's descriptor number in QEMU (the third
+// of cmd.ExtraFiles).
+const qmpFD = "5"
+
+// listenQMP binds a VM's QMP socket at path and returns the listening
+// socket, for QEMU to serve on (-chardev socket,fd=). The host can connect
+// at once, even before QEMU runs: its connection waits in the backlog for
+// QEMU's greeting, with no polling for the socket to appear. The path stays
+// bound when the host's copy is closed, for a later Adopt.
+func listenQMP(path string) (*os.File, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("qemu: qmp socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("qemu: qmp socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	f, err := ln.File()
+	if cerr := ln.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("qemu: qmp socket: %w", err)
+	}
+	return f, nil
+}
+
 // dialQMP connects to a QMP socket and negotiates capabilities.
 func dialQMP(ctx context.Context, path string) (*qmp, error) {
 	var d net.Dialer

@@ -135,8 +135,10 @@ func (vm *VM) path(name string) string { return filepath.Join(vm.cfg.Dir, name) 
 // ten starting at once under TCG on two cores take more than 10 s to listen.
 const qmpReadyTimeout = 2 * time.Minute
 
-// connectQMP waits for QEMU's QMP socket and connects to it, while QEMU
-// runs and ctx lasts.
+// connectQMP connects to QEMU's QMP socket and waits for its greeting,
+// while QEMU runs and ctx lasts. A launch binds the socket before QEMU
+// starts (listenQMP), so the first try connects; the retries are for a
+// QEMU that exits meanwhile (its answer is that exit) or a socket gone.
 func (vm *VM) connectQMP(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
