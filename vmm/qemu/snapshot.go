@@ -233,16 +233,8 @@ func migrationEnded(status string) bool {
 // leaves the finish-migrate run state, and a cont in between fails with
 // "Migration is not finalized yet" (seen once in TestConformance).
 func (vm *VM) waitFinalized(ctx context.Context) error {
-	return vm.pollStatus(ctx, "query-status", time.Millisecond, func(_ []byte, status string) (bool, error) {
-		return status != "finish-migrate", nil
-	})
-}
-
-// pollStatus runs QMP command query every interval until done, given its
-// answer and the answer's "status", says to stop.
-func (vm *VM) pollStatus(ctx context.Context, query string, every time.Duration, done func(raw []byte, status string) (bool, error)) error {
 	for {
-		raw, err := vm.qmp.run(ctx, query, nil)
+		raw, err := vm.qmp.run(ctx, "query-status", nil)
 		if err != nil {
 			return err
 		}
@@ -250,17 +242,17 @@ func (vm *VM) pollStatus(ctx context.Context, query string, every time.Duration,
 			Status string `json:"status"`
 		}
 		if err := json.Unmarshal(raw, &st); err != nil {
-			return fmt.Errorf("qemu: %s: %w", query, err)
+			return fmt.Errorf("qemu: query-status: %w", err)
 		}
-		if stop, err := done(raw, st.Status); stop || err != nil {
-			return err
+		if st.Status != "finish-migrate" {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-vm.done:
 			return vmm.ErrNotRunning
-		case <-time.After(every):
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
