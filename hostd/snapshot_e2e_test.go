@@ -4,6 +4,8 @@ package hostd_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,7 @@ func TestSnapshotAPI(t *testing.T) {
 	if r := mustExec(t, c, warm.ID, "hostname"); strings.TrimSpace(r.Stdout) != warm.ID {
 		t.Errorf("warm sandbox hostname: got %q, want %s", r.Stdout, warm.ID)
 	}
+	checkPoolWeights(t, c, "py", sb.ID, warm.ID)
 	wantAPIError(t, "delete a template's snapshot", c.DeleteSnapshot(ctx, sn.ID), 409)
 
 	// Pause a sandbox with a background writer, restart hostd, resume.
@@ -85,5 +88,47 @@ func waitPool(t *testing.T, c *client.Client, name string, n int) {
 			t.Fatalf("template %s: %d of %d warm sandboxes after 90 s", name, tpl.PoolReady, n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkPoolWeights: a claimed warm sandbox's VMM runs at the default CPU
+// weight, and the warm sandboxes a pool holds (name's refill, and the base
+// pool's) at the least, so that work done ahead yields to sandboxes in use.
+// running are the sandboxes in use.
+func checkPoolWeights(t *testing.T, c *client.Client, name string, running ...string) {
+	t.Helper()
+	waitPool(t, c, name, 1)
+	v1, v2 := "/sys/fs/cgroup/cpu/agentbox", "/sys/fs/cgroup/agentbox"
+	weightFile, root, def, least := "cpu.shares", v1, "1024", "2"
+	if _, err := os.Stat(v1); err != nil {
+		weightFile, root, def, least = "cpu.weight", v2, "100", "1"
+	}
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", running[0]))
+	if len(dirs) != 1 {
+		t.Logf("no VMM cgroup of %s under %s: hostd runs without cgroups here", running[0], root)
+		return
+	}
+	groups, _ := filepath.Glob(filepath.Join(filepath.Dir(dirs[0]), "sb-*"))
+	pooled := 0
+	for _, g := range groups {
+		b, err := os.ReadFile(filepath.Join(g, weightFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := least
+		for _, id := range running {
+			if filepath.Base(g) == id {
+				want = def
+			}
+		}
+		if want == least {
+			pooled++
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%s of %s: %s, want %s", weightFile, filepath.Base(g), got, want)
+		}
+	}
+	if pooled == 0 {
+		t.Errorf("no warm sandbox's cgroup among %v", groups)
 	}
 }

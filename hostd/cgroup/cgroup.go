@@ -41,7 +41,19 @@ type Limits struct {
 	// MemoryBytes caps the group's memory (memory.max, or
 	// memory.limit_in_bytes on v1).
 	MemoryBytes int64
+	// Background gives the group the least CPU weight (cpu.shares 2 on
+	// v1, cpu.weight 1 on v2), so its processes run on the CPU time that
+	// groups of the default weight leave: work done ahead (a warm pool's
+	// restore) yields to work someone waits for.
+	Background bool
 }
+
+// The CPU weights of a background group and of a default one (the
+// kernel's default: cpu.shares 1024 on v1, cpu.weight 100 on v2).
+const (
+	backgroundShares, defaultShares uint64 = 2, 1024
+	backgroundWeight, defaultWeight uint64 = 1, 100
+)
 
 // Stats is what a group has consumed.
 type Stats struct {
@@ -130,6 +142,12 @@ func v2Resources(l Limits) *cgroup2.Resources {
 		q, p := quota(l.CPUs), uint64(cpuPeriod)
 		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &p)}
 	}
+	if l.Background {
+		if r.CPU == nil {
+			r.CPU = &cgroup2.CPU{}
+		}
+		r.CPU.Weight = ptr(backgroundWeight)
+	}
 	if l.MemoryBytes > 0 {
 		r.Memory = &cgroup2.Memory{Max: &l.MemoryBytes}
 	}
@@ -142,11 +160,19 @@ func v1Resources(l Limits) *specs.LinuxResources {
 		q, p := quota(l.CPUs), uint64(cpuPeriod)
 		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
 	}
+	if l.Background {
+		if r.CPU == nil {
+			r.CPU = &specs.LinuxCPU{}
+		}
+		r.CPU.Shares = ptr(backgroundShares)
+	}
 	if l.MemoryBytes > 0 {
 		r.Memory = &specs.LinuxMemory{Limit: &l.MemoryBytes}
 	}
 	return r
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // quota is cpus as microseconds per cpuPeriod (at least 1 ms, the kernel's
 // minimum).
@@ -162,6 +188,29 @@ func (g *Group) Add(pid int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("cgroup: add pid %d to %s: %w", pid, g.id, err)
+	}
+	return nil
+}
+
+// SetBackground gives the group the background CPU weight (on) or the
+// default one (see Limits.Background).
+func (g *Group) SetBackground(on bool) error {
+	var err error
+	if g.v2 != nil {
+		w := defaultWeight
+		if on {
+			w = backgroundWeight
+		}
+		err = g.v2.Update(&cgroup2.Resources{CPU: &cgroup2.CPU{Weight: &w}})
+	} else {
+		s := defaultShares
+		if on {
+			s = backgroundShares
+		}
+		err = g.v1.Update(&specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &s}})
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: set the CPU weight of %s: %w", g.id, err)
 	}
 	return nil
 }

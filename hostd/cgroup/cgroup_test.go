@@ -130,3 +130,64 @@ func TestRefusedLimitsLeaveNoGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestBackgroundWeight: a background group has the least CPU weight, and
+// SetBackground moves it to the default weight and back.
+func TestBackgroundWeight(t *testing.T) {
+	m := newTestManager(t)
+	g, err := m.Create("sb-bg", Limits{CPUs: 0.5, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	least, def := "2", "1024"
+	if m.v2 {
+		least, def = "1", "100"
+	}
+	if got := readWeight(t, m, "sb-bg"); got != least {
+		t.Fatalf("created in the background: weight %s, want %s", got, least)
+	}
+	if err := g.SetBackground(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := readWeight(t, m, "sb-bg"); got != def {
+		t.Fatalf("after SetBackground(false): weight %s, want %s", got, def)
+	}
+	if err := g.SetBackground(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := readWeight(t, m, "sb-bg"); got != least {
+		t.Fatalf("after SetBackground(true): weight %s, want %s", got, least)
+	}
+	if got := readQuota(t, m, "sb-bg"); !strings.Contains(got, "50000") {
+		t.Fatalf("the CPU quota did not survive the weight changes: %q", got)
+	}
+	if err := g.Delete(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readWeight(t *testing.T, m *Manager, id string) string {
+	t.Helper()
+	p := "/sys/fs/cgroup/cpu" + m.path(id) + "/cpu.shares"
+	if m.v2 {
+		p = "/sys/fs/cgroup" + m.path(id) + "/cpu.weight"
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func readQuota(t *testing.T, m *Manager, id string) string {
+	t.Helper()
+	p := "/sys/fs/cgroup/cpu" + m.path(id) + "/cpu.cfs_quota_us"
+	if m.v2 {
+		p = "/sys/fs/cgroup" + m.path(id) + "/cpu.max"
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -49,7 +49,10 @@ type box struct {
 	agent   *agentclient.Client
 
 	limits Limits
-	cgroup *cgroup.Group
+	// background is set on a warm pool's sandbox until it is claimed: its
+	// VMM's cgroup has the least CPU weight (cgroup.Limits.Background).
+	background bool
+	cgroup     *cgroup.Group
 	// unhold drops the ledger's hold of cgroup (groups.go).
 	unhold func()
 	// last is the time of the last API activity (unix ns); execs counts
@@ -331,6 +334,18 @@ func (b *box) settle() {
 	b.meter.cpu += st.CPUSeconds
 	b.meter.peak = max(b.meter.peak, st.MemoryPeakBytes)
 	b.meter.mu.Unlock()
+}
+
+// foreground gives a warm pool's sandbox, being claimed, the default CPU
+// weight of the sandboxes in use.
+func (b *box) foreground() error {
+	if b.background && b.cgroup != nil {
+		if err := b.cgroup.SetBackground(false); err != nil {
+			return err
+		}
+	}
+	b.background = false
+	return nil
 }
 
 // removeCgroup deletes b's cgroup once its VMM process has exited.

@@ -170,7 +170,11 @@ func (w *warm) claim(ctx context.Context, name string, opts CreateOptions) (*box
 			return nil, store.Sandbox{}, false
 		}
 		ph.done("policy")
-		if err := w.m.wake(ctx, e.b, true); err != nil {
+		err := e.b.foreground()
+		if err == nil {
+			err = w.m.wake(ctx, e.b, true)
+		}
+		if err != nil {
 			w.m.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
 			w.discard(e)
 			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)

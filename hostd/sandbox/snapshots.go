@@ -140,6 +140,9 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	b := m.newBox(ctx, rec)
 	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
 	b.overlay = b.nextOverlay()
+	// A sandbox restored and left asleep is a warm pool's: work done ahead,
+	// which yields the CPU to sandboxes in use until a claim wakes it.
+	b.background = !wake
 	ph := newPhases(m.log, rec.ID, "restore")
 	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
 		return nil, err

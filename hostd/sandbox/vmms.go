@@ -44,7 +44,8 @@ func (v *vmms) place(cfg vmm.Config, b *box) (vmm.Config, error) {
 		return cfg, nil
 	}
 	g, release, err := v.held.hold(b.id, func() (*cgroup.Group, error) {
-		return v.cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota, MemoryBytes: int64(b.limits.HostMemoryMiB) << 20})
+		return v.cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota,
+			MemoryBytes: int64(b.limits.HostMemoryMiB) << 20, Background: b.background})
 	})
 	if err != nil {
 		return cfg, err
