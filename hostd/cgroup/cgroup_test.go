@@ -167,23 +167,20 @@ func TestBackgroundWeight(t *testing.T) {
 }
 
 func readWeight(t *testing.T, m *Manager, id string) string {
-	t.Helper()
-	p := "/sys/fs/cgroup/cpu" + m.path(id) + "/cpu.shares"
-	if m.v2 {
-		p = "/sys/fs/cgroup" + m.path(id) + "/cpu.weight"
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(readCPUFile(t, m, id, "cpu.shares", "cpu.weight"))
 }
 
 func readQuota(t *testing.T, m *Manager, id string) string {
+	return readCPUFile(t, m, id, "cpu.cfs_quota_us", "cpu.max")
+}
+
+// readCPUFile reads group id's cpu controller file: v1 on the legacy
+// layout, v2 on the unified one.
+func readCPUFile(t *testing.T, m *Manager, id, v1, v2 string) string {
 	t.Helper()
-	p := "/sys/fs/cgroup/cpu" + m.path(id) + "/cpu.cfs_quota_us"
+	p := "/sys/fs/cgroup/cpu" + m.path(id) + "/" + v1
 	if m.v2 {
-		p = "/sys/fs/cgroup" + m.path(id) + "/cpu.max"
+		p = "/sys/fs/cgroup" + m.path(id) + "/" + v2
 	}
 	b, err := os.ReadFile(p)
 	if err != nil {
