@@ -243,6 +243,19 @@ func (q *qmp) run(ctx context.Context, cmd string, args any) (json.RawMessage, e
 	return q.do(ctx, qmpRequest{cmd: cmd, args: args, reply: make(chan qmpReply, 1)})
 }
 
+// query runs a command that takes no arguments and decodes its answer
+// into out (QEMU's answer is untrusted input: a bad one is an error).
+func (q *qmp) query(ctx context.Context, cmd string, out any) error {
+	raw, err := q.run(ctx, cmd, nil)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("qemu: %s: %w", cmd, err)
+	}
+	return nil
+}
+
 func (q *qmp) do(ctx context.Context, req qmpRequest) (json.RawMessage, error) {
 	select {
 	case q.reqs <- req:

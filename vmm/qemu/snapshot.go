@@ -170,16 +170,12 @@ func (vm *VM) waitMigration(ctx context.Context, events <-chan qmpEvent) error {
 	recheck := time.NewTicker(migrationRecheck)
 	defer recheck.Stop()
 	for {
-		raw, err := vm.qmp.run(ctx, "query-migrate", nil)
-		if err != nil {
-			return err
-		}
 		var st struct {
 			Status    string `json:"status"`
 			ErrorDesc string `json:"error-desc"`
 		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return fmt.Errorf("qemu: query-migrate: %w", err)
+		if err := vm.qmp.query(ctx, "query-migrate", &st); err != nil {
+			return err
 		}
 		switch st.Status {
 		case "completed":
@@ -234,15 +230,11 @@ func migrationEnded(status string) bool {
 // "Migration is not finalized yet" (seen once in TestConformance).
 func (vm *VM) waitFinalized(ctx context.Context) error {
 	for {
-		raw, err := vm.qmp.run(ctx, "query-status", nil)
-		if err != nil {
-			return err
-		}
 		var st struct {
 			Status string `json:"status"`
 		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return fmt.Errorf("qemu: query-status: %w", err)
+		if err := vm.qmp.query(ctx, "query-status", &st); err != nil {
+			return err
 		}
 		if st.Status != "finish-migrate" {
 			return nil

@@ -2,7 +2,6 @@ package qemu
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -459,18 +458,14 @@ func (vm *VM) DiskPath(ctx context.Context, index int) (string, error) {
 	if err := vm.running(); err != nil {
 		return "", err
 	}
-	raw, err := vm.qmp.run(ctx, "query-block", nil)
-	if err != nil {
-		return "", err
-	}
 	var blocks []struct {
 		Device   string `json:"device"`
 		Inserted *struct {
 			File string `json:"file"`
 		} `json:"inserted"`
 	}
-	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", fmt.Errorf("qemu: query-block: %w", err)
+	if err := vm.qmp.query(ctx, "query-block", &blocks); err != nil {
+		return "", err
 	}
 	want := fmt.Sprintf("disk%d", index)
 	for _, b := range blocks {
