@@ -199,7 +199,7 @@ type VM interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 	// Snapshot writes the paused VM's memory and device state into dir (which
-	// must exist and be empty). Disks are the caller's to freeze. The files
+	// must exist and be empty, or planned: SnapshotPlanner). Disks are the caller's to freeze. The files
 	// may still be in the page cache when it returns: a caller that needs
 	// them to outlive a host crash syncs them.
 	Snapshot(ctx context.Context, dir string) error
@@ -238,4 +238,34 @@ type DiskSwitcher interface {
 // recording it.
 type DiskReporter interface {
 	DiskPath(ctx context.Context, index int) (string, error)
+}
+
+// SnapshotPlanner is the optional first half of a VM's Snapshot, which a
+// Stager's restores need. A fork uses the two to start its copies' VMMs
+// while its parent's state is still being written.
+type SnapshotPlanner interface {
+	// PlanSnapshot writes into dir (which must exist and be empty) what a
+	// restore must know before the snapshot exists: its shape and where its
+	// memory will be. The VM must be paused; Snapshot into the same dir
+	// then completes the snapshot.
+	PlanSnapshot(ctx context.Context, dir string) error
+}
+
+// Stager is the optional two-step restore of a Driver.
+type Stager interface {
+	// StageRestore launches a VMM for the snapshot that a paused VM of this
+	// backend is writing into dir: after that VM's PlanSnapshot(dir), and
+	// before, during or after its Snapshot(dir). It checks and uses cfg as
+	// Restore does, and calls cfg.Started. The VMM waits for Load.
+	StageRestore(ctx context.Context, cfg Config, dir string) (StagedVM, error)
+}
+
+// StagedVM is a VMM that Stager.StageRestore launched. Until Load returns,
+// only PID, Process, Stop, Wait and Done may be called.
+type StagedVM interface {
+	VM
+	// Load restores the snapshot, complete now (its Snapshot returned),
+	// into the VM, which is then what Driver.Restore returns: paused. A
+	// failed Load stops the VMM.
+	Load(ctx context.Context) error
 }

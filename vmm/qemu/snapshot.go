@@ -90,16 +90,52 @@ func (vm *VM) ignoreShared(ctx context.Context, on bool) error {
 	return err
 }
 
-// Snapshot writes the paused VM's device state and memory into dir. The VM
-// stays paused; Resume continues it.
-func (vm *VM) Snapshot(ctx context.Context, dir string) error {
-	if err := vm.running(); err != nil {
-		return err
-	}
+// snapMeta describes the snapshot that Snapshot writes of vm.
+func (vm *VM) snapMeta() snapMetadata {
 	meta := snapMetadata{Backend: "qemu", Memory: memStream, MemoryMiB: vm.cfg.MemoryMiB, VCPUs: vm.cfg.VCPUs}
 	if vm.mem != nil {
 		meta.Memory = memFile
 	}
+	return meta
+}
+
+// PlanSnapshot writes the metadata of the snapshot that Snapshot will write
+// into dir and, for memory format "file", its memory file, sized and empty:
+// a VMM staged on dir (Driver.StageRestore) maps that file at its start,
+// and the pages Snapshot writes into it later are the ones it sees.
+func (vm *VM) PlanSnapshot(ctx context.Context, dir string) error {
+	if err := vm.running(); err != nil {
+		return err
+	}
+	meta := vm.snapMeta()
+	if meta.Memory == memFile {
+		f, err := os.OpenFile(filepath.Join(dir, snapMemory), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("qemu: plan snapshot: %w", err)
+		}
+		if err := errors.Join(f.Truncate(int64(meta.MemoryMiB)<<20), f.Close()); err != nil {
+			return fmt.Errorf("qemu: plan snapshot: %w", err)
+		}
+	}
+	return writeSnapMeta(dir, meta)
+}
+
+func writeSnapMeta(dir string, meta snapMetadata) error {
+	b, _ := json.Marshal(meta)
+	return os.WriteFile(filepath.Join(dir, snapMeta), b, 0o644)
+}
+
+// Snapshot writes the paused VM's device state and memory into dir, empty
+// or planned (PlanSnapshot). The VM stays paused; Resume continues it.
+func (vm *VM) Snapshot(ctx context.Context, dir string) error {
+	if err := vm.running(); err != nil {
+		return err
+	}
+	meta := vm.snapMeta()
+	// A planned snapshot's metadata stays as it is: a staged restore may
+	// be reading it.
+	_, statErr := os.Stat(filepath.Join(dir, snapMeta))
+	planned := statErr == nil
 	if err := vm.ignoreShared(ctx, vm.mem != nil); err != nil {
 		return err
 	}
@@ -123,11 +159,10 @@ func (vm *VM) Snapshot(ctx context.Context, dir string) error {
 	if memErr := <-memDone; memErr != nil {
 		err = errors.Join(err, fmt.Errorf("qemu: save memory: %w", memErr))
 	}
-	if err != nil {
+	if err != nil || planned {
 		return err
 	}
-	b, _ := json.Marshal(meta)
-	return os.WriteFile(filepath.Join(dir, snapMeta), b, 0o644)
+	return writeSnapMeta(dir, meta)
 }
 
 // phase logs a step of Snapshot as hostd's "create phase" debug records
@@ -143,18 +178,24 @@ func (vm *VM) migrateTo(ctx context.Context, path string) error {
 		return err
 	}
 	defer f.Close()
+	if err := vm.migrateFD(ctx, "migrate", f); err != nil {
+		return err
+	}
+	return vm.waitFinalized(ctx)
+}
+
+// migrateFD hands QEMU f and runs the migration command cmd ("migrate" or
+// "migrate-incoming") on it, and waits until the migration ended.
+func (vm *VM) migrateFD(ctx context.Context, cmd string, f *os.File) error {
 	if _, err := vm.qmp.runFD(ctx, "getfd", map[string]any{"fdname": "snapshot"}, f); err != nil {
 		return err
 	}
 	events, unsubscribe := vm.qmp.subscribe()
 	defer unsubscribe()
-	if _, err := vm.qmp.run(ctx, "migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
+	if _, err := vm.qmp.run(ctx, cmd, map[string]any{"uri": "fd:snapshot"}); err != nil {
 		return err
 	}
-	if err := vm.waitMigration(ctx, events); err != nil {
-		return err
-	}
-	return vm.waitFinalized(ctx)
+	return vm.waitMigration(ctx, events)
 }
 
 // migrationRecheck is how often waitMigration asks for the migration's
@@ -249,115 +290,11 @@ func (vm *VM) waitFinalized(ctx context.Context) error {
 	}
 }
 
-// Restore starts a VM from a snapshot that Snapshot wrote into dir. The VM
-// is paused when Restore returns.
-func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
-	meta, err := readSnapMeta(dir)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.VCPUs != meta.VCPUs || cfg.MemoryMiB != meta.MemoryMiB {
-		return nil, fmt.Errorf("%w: snapshot has %d vcpus and %d MiB, config %d and %d",
-			vmm.ErrInvalidConfig, meta.VCPUs, meta.MemoryMiB, cfg.VCPUs, cfg.MemoryMiB)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	var o launchOpts
-	memory := ""
-	ownCopy := meta.Memory == memFile && cfg.OwnMemory
-	switch {
-	case ownCopy:
-		if o.mem, err = newMemfd(cfg.ID, cfg.MemoryMiB); err != nil {
-			return nil, err
-		}
-		defer o.mem.Close()
-		if err := copyInto(o.mem, filepath.Join(dir, snapMemory)); err != nil {
-			return nil, fmt.Errorf("qemu: restore memory: %w", err)
-		}
-		memory = sharedMemory(cfg.MemoryMiB)
-	case meta.Memory == memFile:
-		memory = fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=off", cfg.MemoryMiB, filepath.Join(dir, snapMemory))
-	default:
-		if o.mem, err = newMemfd(cfg.ID, cfg.MemoryMiB); err != nil {
-			return nil, err
-		}
-		defer o.mem.Close()
-		memory = sharedMemory(cfg.MemoryMiB)
-	}
-	args := append(d.args(cfg, memory), "-S", "-incoming", "defer")
-	vm, err := d.launch(ctx, cfg, args, o)
-	if err != nil {
-		return nil, err
-	}
-	err = vm.ignoreShared(ctx, meta.Memory == memFile)
-	if err == nil {
-		err = vm.migrateFrom(ctx, filepath.Join(dir, snapState))
-	}
-	if err != nil {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		return nil, errors.Join(fmt.Errorf("qemu: restore: %w", err), vm.Stop(stopCtx), vm.qemuLog())
-	}
-	return vm, nil
-}
-
-func readSnapMeta(dir string) (snapMetadata, error) {
-	var meta snapMetadata
-	b, err := os.ReadFile(filepath.Join(dir, snapMeta))
-	if errors.Is(err, os.ErrNotExist) {
-		return meta, fmt.Errorf("%w: %s is not a qemu snapshot (no %s)", vmm.ErrUnsupported, dir, snapMeta)
-	}
-	if err != nil {
-		return meta, err
-	}
-	if err := json.Unmarshal(b, &meta); err != nil {
-		return meta, fmt.Errorf("qemu: %s: %w", snapMeta, err)
-	}
-	if meta.Backend != "qemu" {
-		return meta, fmt.Errorf("%w: snapshot was made by %q, not qemu", vmm.ErrUnsupported, meta.Backend)
-	}
-	return meta, nil
-}
-
-// migrateFrom loads the migration stream at path into a VM started with
-// -incoming defer, and waits until it is loaded.
-func (vm *VM) migrateFrom(ctx context.Context, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := vm.qmp.runFD(ctx, "getfd", map[string]any{"fdname": "snapshot"}, f); err != nil {
-		return err
-	}
-	events, unsubscribe := vm.qmp.subscribe()
-	defer unsubscribe()
-	if _, err := vm.qmp.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:snapshot"}); err != nil {
-		return err
-	}
-	return vm.waitMigration(ctx, events)
-}
-
-// copyInto copies the data extents of the sparse file at path into dst at
-// the same offsets (dst is a fresh memfd: its holes read as zeros).
-func copyInto(dst *os.File, path string) error {
-	src, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	return copyExtents(dst, src, fi.Size())
-}
-
-// copySparse copies the data extents of src (size bytes) into a new file at
-// path, leaving holes where src has them (untouched guest memory).
+// copySparse copies the data extents of src (size bytes) into the file at
+// path, new or planned (empty, of size bytes), leaving holes where src has
+// them (untouched guest memory).
 func copySparse(path string, src *os.File, size int64) error {
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}

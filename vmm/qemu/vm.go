@@ -28,6 +28,8 @@ type VM struct {
 	// mem is the shared guest memory memfd, or nil when the guest's memory
 	// is a private mapping of a snapshot file.
 	mem *os.File
+	// incoming is the snapshot a restore's VM has yet to load (Load).
+	incoming *incoming
 
 	done     chan struct{}
 	doneOnce sync.Once

@@ -49,7 +49,7 @@ func FakeConfig(t testing.TB, id, _ string) vmm.Config {
 // before the guest runs (and its error failing the start), Dial waiting for
 // the guest and refusing an unserved port, exec over the agent channel,
 // concurrent streams, pause and resume, snapshot and a paused restore, the
-// optional disk switch, config validation (Net), and Stop, gracefully and
+// optional staged restore and disk switch, config validation (Net), and Stop, gracefully and
 // with an ended ctx.
 func RunContract(t *testing.T, tgt Target) {
 	d := tgt.NewDriver(t)
@@ -86,6 +86,7 @@ func RunContract(t *testing.T, tgt Target) {
 	t.Run("started fails the start", func(t *testing.T) { checkStartedError(t, tgt, d) })
 	t.Run("pause and resume", func(t *testing.T) { checkPauseResume(t, vm, c) })
 	t.Run("snapshot and restore", func(t *testing.T) { checkSnapshot(t, tgt, d, vm, c, cfg) })
+	t.Run("staged restore", func(t *testing.T) { checkStagedRestore(t, tgt, d, vm, c, cfg) })
 	t.Run("disk switch", func(t *testing.T) { checkDiskSwitch(t, tgt, vm, c, cfg) })
 	t.Run("release and adopt", func(t *testing.T) {
 		if avm := checkAdopt(t, d, vm, c, cfg); avm != nil {

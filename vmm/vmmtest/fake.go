@@ -2,13 +2,11 @@ package vmmtest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +41,9 @@ type FakeDriver struct {
 	identityErr error
 	starts      int
 	restores    int
+	early       int
+	holdStages  int
+	staged      chan struct{} // a send per StageRestore, for holdStages
 	vms         []*FakeVM
 }
 
@@ -68,7 +69,7 @@ func NewFakeDriver(opts FakeOptions) *FakeDriver {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &FakeDriver{opts: opts, startDelay: opts.StartDelay, bootDelay: opts.BootDelay}
+	return &FakeDriver{opts: opts, startDelay: opts.StartDelay, bootDelay: opts.BootDelay, staged: make(chan struct{}, 64)}
 }
 
 var _ vmm.Driver = (*FakeDriver)(nil)
@@ -117,6 +118,10 @@ func (d *FakeDriver) Starts() int { d.mu.Lock(); defer d.mu.Unlock(); return d.s
 
 // Restores is the number of Restore calls so far, failed ones included.
 func (d *FakeDriver) Restores() int { d.mu.Lock(); defer d.mu.Unlock(); return d.restores }
+
+// StagedEarly counts the StageRestores that found their snapshot planned
+// and not written yet: restores staged while their source was captured.
+func (d *FakeDriver) StagedEarly() int { d.mu.Lock(); defer d.mu.Unlock(); return d.early }
 
 // VMs returns every VM d has started or restored, oldest first (stopped
 // ones included).
@@ -174,13 +179,9 @@ func (d *FakeDriver) Restore(ctx context.Context, cfg vmm.Config, dir string) (v
 	if err := take(&d.mu, &d.failRestore); err != nil {
 		return nil, fmt.Errorf("vmmtest: fake restore: %w", err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, fakeStateFile))
+	st, err := d.readState(dir, fakeStateFile)
 	if err != nil {
-		return nil, fmt.Errorf("vmmtest: %s is not a fake vm snapshot (%v): %w", dir, err, vmm.ErrUnsupported)
-	}
-	var st fakeState
-	if err := json.Unmarshal(b, &st); err != nil || st.Driver != d.opts.Name {
-		return nil, fmt.Errorf("vmmtest: %s is not a %q snapshot: %w", dir, d.opts.Name, vmm.ErrUnsupported)
+		return nil, err
 	}
 	return d.launch(ctx, cfg, dir, st)
 }

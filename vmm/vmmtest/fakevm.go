@@ -38,6 +38,7 @@ type FakeVM struct {
 	exitErr  error
 	done     chan struct{}
 	released bool // by Release, until an Adopt (guarded by mu)
+	staged   bool // by StageRestore, until Load (guarded by mu)
 }
 
 var (
@@ -161,9 +162,13 @@ func (v *FakeVM) Resume(ctx context.Context) error {
 }
 
 // Snapshot writes the fake's state file into dir, which must exist; the
-// VM must be paused. FailNextSnapshot makes it fail instead.
+// VM must be paused. HoldNextSnapshot makes it wait for staged restores
+// first, and FailNextSnapshot makes it fail.
 func (v *FakeVM) Snapshot(ctx context.Context, dir string) error {
 	if err := v.running(); err != nil {
+		return err
+	}
+	if err := v.d.waitStaged(ctx); err != nil {
 		return err
 	}
 	if err := take(&v.d.mu, &v.d.failSnap); err != nil {
@@ -175,12 +180,16 @@ func (v *FakeVM) Snapshot(ctx context.Context, dir string) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("vmmtest: snapshot dir %s: %v", dir, err)
 	}
-	st := fakeState{Driver: v.d.opts.Name, SourceID: v.cfg.ID, Hostname: v.guest.system.name()}
-	b, err := json.Marshal(st)
+	b, err := json.Marshal(v.state())
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, fakeStateFile), b, 0o644)
+}
+
+// state is what a snapshot of the VM keeps.
+func (v *FakeVM) state() fakeState {
+	return fakeState{Driver: v.d.opts.Name, SourceID: v.cfg.ID, Hostname: v.guest.system.name()}
 }
 
 // Stop ends the VM: the agent's streams close and the processes it started

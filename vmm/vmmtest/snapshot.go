@@ -119,3 +119,91 @@ func copyFile(from, to string) error {
 	_, err = io.Copy(dst, src)
 	return errors.Join(err, dst.Close())
 }
+
+// checkStagedRestore, for a driver that stages restores (vmm.Stager): VMs
+// staged on a snapshot that is only planned start; once the snapshot is
+// written, Load restores one, paused, with the state the source had at the
+// snapshot; a second Load fails; a staged VM never loaded stops. A VM so
+// restored is itself the source of a staged restore.
+func checkStagedRestore(t *testing.T, tgt Target, d vmm.Driver, vm vmm.VM, c *agentclient.Client, cfg vmm.Config) {
+	st, stages := d.(vmm.Stager)
+	if _, plans := vm.(vmm.SnapshotPlanner); !stages || !plans {
+		t.Skipf("%s does not stage restores (optional)", d.Name())
+	}
+	ctx := context.Background()
+	file := "/root/staged" // the fake's guest shares the host's files
+	if !tgt.RealGuest {
+		file = filepath.Join(t.TempDir(), "staged")
+	}
+	runCmd(t, c, agentclient.Command{Shell: "echo staged > " + file + "; sync"})
+	var abandoned vmm.StagedVM
+	r, rc, rcfg := stagedFrom(t, tgt, st, vm, cfg, "staged", func(dir string) error {
+		var err error
+		abandoned, err = st.StageRestore(ctx, tgt.Config(t, "abandoned", filepath.Join(dir, "disk.qcow2")), dir)
+		return err
+	})
+	if out := runCmd(t, rc, agentclient.Command{Shell: "cat " + file}); out.stdout != "staged\n" {
+		t.Errorf("staged restore: got %q, want the snapshot's file", out.stdout)
+	}
+	if err := r.(vmm.StagedVM).Load(ctx); err == nil {
+		t.Error("a second Load succeeded")
+	}
+	pid := abandoned.PID()
+	if err := abandoned.Stop(ctx); err != nil {
+		t.Errorf("stop a staged vm: %v", err)
+	}
+	checkGone(t, abandoned, pid)
+	runCmd(t, rc, agentclient.Command{Shell: "echo again >> " + file + "; sync"})
+	r2, rc2, _ := stagedFrom(t, tgt, st, r, rcfg, "staged-2", nil)
+	if out := runCmd(t, rc2, agentclient.Command{Shell: "cat " + file}); out.stdout != "staged\nagain\n" {
+		t.Errorf("staged restore of a restored vm: got %q", out.stdout)
+	}
+	checkStop(t, r2)
+	checkStop(t, r)
+	runCmd(t, c, agentclient.Command{Shell: "rm " + file})
+}
+
+// stagedFrom pauses vm, plans its snapshot into a new directory with a copy
+// of its disk, stages a restore of it named id (and calls also, if set,
+// with the directory), writes the snapshot, resumes vm, loads the staged
+// VM and dials its agent.
+func stagedFrom(t *testing.T, tgt Target, st vmm.Stager, vm vmm.VM, cfg vmm.Config, id string, also func(dir string) error) (vmm.VM, *agentclient.Client, vmm.Config) {
+	t.Helper()
+	ctx := context.Background()
+	dir := ShortTempDir(t)
+	if err := vm.Pause(ctx); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := vm.Resume(ctx); err != nil {
+				t.Errorf("resume after snapshot: %v", err)
+			}
+		}
+	}
+	defer resume()
+	if err := vm.(vmm.SnapshotPlanner).PlanSnapshot(ctx, dir); err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if err := copyFile(cfg.Disks[0].Path, filepath.Join(dir, "disk.qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	return bootWith(t, tgt, id, dir, func(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
+		staged, err := st.StageRestore(ctx, cfg, dir)
+		if err != nil {
+			return nil, err
+		}
+		if also != nil {
+			if err := also(dir); err != nil {
+				return nil, errors.Join(err, staged.Stop(ctx))
+			}
+		}
+		if err := vm.Snapshot(ctx, dir); err != nil {
+			return nil, errors.Join(err, staged.Stop(ctx))
+		}
+		resume()
+		return staged, staged.Load(ctx)
+	})
+}

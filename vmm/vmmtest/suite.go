@@ -51,6 +51,19 @@ func vmConfig(t testing.TB, id, base string) vmm.Config {
 // that Started was called once, with the VM's pid, before Start returned.
 func boot(t testing.TB, tgt Target, d vmm.Driver, id, snapshot string) (vmm.VM, *agentclient.Client, vmm.Config) {
 	t.Helper()
+	launch := func(ctx context.Context, cfg vmm.Config) (vmm.VM, error) {
+		if snapshot == "" {
+			return d.Start(ctx, cfg)
+		}
+		return d.Restore(ctx, cfg, snapshot)
+	}
+	return bootWith(t, tgt, id, snapshot, launch)
+}
+
+// bootWith is boot with launch in the place of the driver's Start or
+// Restore.
+func bootWith(t testing.TB, tgt Target, id, snapshot string, launch func(context.Context, vmm.Config) (vmm.VM, error)) (vmm.VM, *agentclient.Client, vmm.Config) {
+	t.Helper()
 	ctx := context.Background()
 	base := ""
 	if snapshot != "" {
@@ -65,13 +78,7 @@ func boot(t testing.TB, tgt Target, d vmm.Driver, id, snapshot string) (vmm.VM, 
 		started = append(started, pid)
 		return nil
 	}
-	var vm vmm.VM
-	var err error
-	if snapshot == "" {
-		vm, err = d.Start(ctx, cfg)
-	} else {
-		vm, err = d.Restore(ctx, cfg, snapshot)
-	}
+	vm, err := launch(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start %s: %v", id, err)
 	}
