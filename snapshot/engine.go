@@ -164,6 +164,11 @@ type Options struct {
 	// BeforePause, if set, runs after the flush and before the pause (the
 	// flight recorder drains the guest's events there).
 	BeforePause func(ctx context.Context)
+	// Planned, if set, is called with the snapshot being made once its
+	// disk layer is frozen and its VM planned the rest (vmm.SnapshotPlanner),
+	// before the VM's state is written: a fork stages its copies' VMMs
+	// there (Stage). It is not called for a VM that cannot plan.
+	Planned func(sn Record)
 }
 
 // Capture snapshots src: the guest's filesystems are flushed through f, the
@@ -245,6 +250,13 @@ func (e *Engine) capture(ctx context.Context, src *Source, opts Options, ph func
 		return fail(err)
 	}
 	ph("disk")
+	if pl, ok := src.VM.(vmm.SnapshotPlanner); ok && opts.Planned != nil {
+		if err := pl.PlanSnapshot(ctx, sn.Dir); err != nil {
+			return fail(err)
+		}
+		opts.Planned(sn)
+		ph("plan")
+	}
 	if err := src.VM.Snapshot(ctx, sn.Dir); err != nil {
 		return fail(err)
 	}
@@ -430,12 +442,25 @@ func (e *Engine) writeManifest(dir string, names []string) {
 // snapshot that fails its checksums is refused with an error wrapping
 // ErrCorrupt; one made by another backend with vmm.ErrUnsupported.
 func (e *Engine) Prepare(ctx context.Context, sn Record, overlay string) error {
+	if err := e.Check(sn); err != nil {
+		return err
+	}
+	return e.Overlay(ctx, sn, overlay)
+}
+
+// Check checks sn's files against its manifest, or, for a snapshot this
+// engine captured since its start, that they did not change since.
+func (e *Engine) Check(sn Record) error {
 	if sn.Backend != e.cfg.Backend {
 		return fmt.Errorf("%w: snapshot %s was made by %s, and this host runs %s", vmm.ErrUnsupported, sn.ID, sn.Backend, e.cfg.Backend)
 	}
-	if err := e.checker.Verify(sn.Dir); err != nil {
-		return err
-	}
+	return e.checker.Verify(sn.Dir)
+}
+
+// Overlay makes overlay, a fresh copy-on-write disk on sn's layer, without
+// Prepare's check: for a VM staged on sn while sn is captured (Planned),
+// which checks sn once the capture ended.
+func (e *Engine) Overlay(ctx context.Context, sn Record, overlay string) error {
 	if err := disk.CreateOverlay(ctx, filepath.Join(sn.Dir, LayerFile), overlay, 0); err != nil {
 		return err
 	}
@@ -449,6 +474,18 @@ func (e *Engine) Restore(ctx context.Context, d vmm.Driver, cfg vmm.Config, sn R
 		return nil, fmt.Errorf("%w: this engine keeps %s snapshots, not %s", vmm.ErrUnsupported, e.cfg.Backend, d.Name())
 	}
 	return d.Restore(ctx, cfg, sn.Dir)
+}
+
+// Stage launches a VM of d for sn while sn is captured (Planned), with
+// cfg, whose root disk should be an overlay that Overlay made. Its Load,
+// once the capture ended and Check passed, restores it (vmm.Stager). A
+// driver that cannot stage is vmm.ErrUnsupported.
+func (e *Engine) Stage(ctx context.Context, d vmm.Driver, cfg vmm.Config, sn Record) (vmm.StagedVM, error) {
+	st, ok := d.(vmm.Stager)
+	if !ok || d.Name() != e.cfg.Backend {
+		return nil, fmt.Errorf("%w: %s cannot stage a restore of a %s snapshot", vmm.ErrUnsupported, d.Name(), e.cfg.Backend)
+	}
+	return st.StageRestore(ctx, cfg, sn.Dir)
 }
 
 // Get describes snapshot id with its users.

@@ -6,74 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
 )
-
-// Fork snapshots sandbox id and starts count copy-on-write copies of it.
-// Each fork gets its own disk overlay, hostname, machine-id, entropy and
-// clock; unchanged memory pages stay shared with the snapshot.
-func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error) {
-	if count < 1 || count > 64 {
-		return nil, fmt.Errorf("%w: count must be 1..64, got %d", ErrInvalid, count)
-	}
-	defer m.opts.Metrics.Since("fork", time.Now())
-	parent, err := m.opts.Store.GetSandbox(ctx, id)
-	if err != nil {
-		return nil, notFound(err, id)
-	}
-	pol := m.nets.inherited(ctx, id)
-	mnts, err := m.mnts.saved(parent.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: fork %s: mounts: %w", id, err)
-	}
-	sn, err := m.Snapshot(ctx, id, SnapshotOptions{Kind: "fork"})
-	if err != nil {
-		return nil, err
-	}
-	fault.Point("fork:snapshotted")
-	meta := map[string]string{}
-	for k, v := range parent.Metadata {
-		meta[k] = v
-	}
-	meta["forked_from"] = id
-	out := make([]Info, count)
-	errs := make([]error, count)
-	// The copies start ForkParallel at a time. Each one's start is CPU
-	// work (the VMM's start, the guest's wake), and more of them at once
-	// than the host has CPUs only makes them take turns: 10 forks on 2
-	// CPUs took ~5 % longer all at once than 2 at a time.
-	slots := make(chan struct{}, m.opts.ForkParallel)
-	var wg sync.WaitGroup
-	for i := range count {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			out[i], errs[i] = m.Create(ctx, CreateOptions{Snapshot: sn.ID, Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: pol, Limits: m.limits.of(ctx, id), Mounts: mnts})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, f := range out {
-			if f.ID != "" {
-				_ = m.Delete(context.WithoutCancel(ctx), f.ID)
-			}
-		}
-		return nil, err
-	}
-	for _, f := range out {
-		m.rec.lifecycle(ctx, f.ID, recorder.LifecycleData{Action: recorder.ActionFork, SourceID: id, SnapshotID: sn.ID})
-	}
-	return out, nil
-}
 
 // Pause saves a running sandbox's memory and device state to disk and ends
 // its VM, releasing the host memory. Resume brings it back.

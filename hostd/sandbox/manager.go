@@ -267,6 +267,16 @@ func (m *Manager) resolve(opts CreateOptions) (CreateOptions, error) {
 // Create starts a new sandbox (booting the base image, or restoring a
 // snapshot or template) and returns once its agent answers.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) {
+	info, err := m.create(ctx, opts)
+	if err != nil {
+		return Info{}, err
+	}
+	return info, nil
+}
+
+// create is Create, whose Info names the sandbox it recorded, failed, when
+// it fails after recording one.
+func (m *Manager) create(ctx context.Context, opts CreateOptions) (Info, error) {
 	defer m.opts.Metrics.Since("create", time.Now())
 	src, err := m.source(ctx, &opts)
 	if err != nil {
@@ -330,7 +340,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Info, error) 
 			b.removeCgroup()
 		}
 		_ = m.setState(context.WithoutCancel(ctx), id, StateFailed, err.Error(), 0)
-		return Info{}, fmt.Errorf("sandbox: create: %w", err)
+		return Info{ID: id, State: StateFailed}, fmt.Errorf("sandbox: create: %w", err)
 	}
 	t0 := time.Now()
 	info, err := m.adopt(ctx, b, rec)
@@ -356,7 +366,7 @@ func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptio
 	netOnce := sync.OnceValue(func() error { return <-netDone })
 	switch {
 	case src != nil:
-		b, err = m.restore(ctx, rec, *src, true, netOnce)
+		b, err = m.restore(ctx, rec, *src, true, netOnce, opts.staged)
 		if err != nil && plan.src != nil {
 			b, err = m.bootAfterBadBase(ctx, rec, opts, *plan.src, b, err, netOnce)
 		}

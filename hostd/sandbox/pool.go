@@ -214,7 +214,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 		p.setRestoring(id)
 		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
 		if err == nil {
-			b, err = w.m.restore(ctx, rec, sn, false, func() error { return nil })
+			b, err = w.m.restore(ctx, rec, sn, false, func() error { return nil }, nil)
 		}
 		if err == nil {
 			err = w.prewarm(ctx, b)

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/snapshot"
+	"github.com/agentbox/agentbox/vmm"
 )
 
 // snapshotStore is the persistence of snapshots and templates.
@@ -43,6 +44,12 @@ func randomHex(n int) string {
 // its device state and memory are saved. The sandbox then resumes unless
 // asked to stay paused.
 func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (SnapshotInfo, error) {
+	return m.snapshot(ctx, id, opts, nil)
+}
+
+// snapshot is Snapshot, calling planned, if set, with the snapshot being
+// made, where the capture can stage restores (snapshot.Options.Planned).
+func (m *Manager) snapshot(ctx context.Context, id string, opts SnapshotOptions, planned func(store.Snapshot)) (SnapshotInfo, error) {
 	b, err := m.live(ctx, id)
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -75,7 +82,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd, User: user}
 	sn, err := m.snaps.Capture(ctx, src, c, snapshot.Options{Kind: opts.Kind, CacheKey: opts.CacheKey, StayPaused: opts.StayPaused,
-		BeforePause: func(ctx context.Context) { m.rec.drainGuest(ctx, b) }})
+		BeforePause: func(ctx context.Context) { m.rec.drainGuest(ctx, b) }, Planned: planned})
 	if err != nil {
 		return SnapshotInfo{}, b.streamErr(fmt.Errorf("sandbox: %w", err))
 	}
@@ -91,6 +98,11 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 // source resolves opts.Snapshot or opts.Template to the snapshot to start
 // from, and takes its size, env and cwd into opts.
 func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snapshot, error) {
+	if opts.staged != nil { // a fork's copy, while its snapshot is made
+		sn := opts.staged.planned
+		fromSnapshot(opts, sn)
+		return &sn, nil
+	}
 	id := opts.Snapshot
 	if opts.Template != "" {
 		t, err := m.opts.Store.GetTemplate(ctx, opts.Template)
@@ -115,6 +127,12 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 	if sn.Backend != m.opts.Driver.Name() {
 		return nil, fmt.Errorf("%w: snapshot %s was made by %s, and this hostd runs %s", ErrInvalid, id, sn.Backend, m.opts.Driver.Name())
 	}
+	fromSnapshot(opts, sn)
+	return &sn, nil
+}
+
+// fromSnapshot takes sn's size and env into opts (opts.Env wins).
+func fromSnapshot(opts *CreateOptions, sn store.Snapshot) {
 	opts.VCPUs, opts.MemoryMiB = sn.VCPUs, sn.MemoryMiB
 	env := map[string]string{}
 	for k, v := range sn.Env {
@@ -124,13 +142,13 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 		env[k] = v
 	}
 	opts.Env = env
-	return &sn, nil
 }
 
 // restore starts box rec from snapshot sn and, when wake is set, resumes it
 // with a fresh clock, entropy and identity. Without wake the VM stays
-// paused (a warm pool entry).
-func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snapshot, wake bool, netReady func() error) (*box, error) {
+// paused (a warm pool entry). With staged, sn is still being captured: its
+// VMM starts now (vmm.Stager) and loads sn once the capture ended.
+func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snapshot, wake bool, netReady func() error, staged *forkGate) (*box, error) {
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -144,7 +162,11 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	// which yields the CPU to sandboxes in use until a claim wakes it.
 	b.background = !wake
 	ph := newPhases(m.log, rec.ID, "restore")
-	if err := m.snaps.Prepare(ctx, sn, b.overlay); err != nil {
+	prepare := m.snaps.Prepare
+	if staged != nil {
+		prepare = m.snaps.Overlay // checked once captured (load)
+	}
+	if err := prepare(ctx, sn, b.overlay); err != nil {
 		return nil, err
 	}
 	ph.done("overlay") // checksums (first use) and the overlay
@@ -161,7 +183,12 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, sn store.Snaps
 	// memory keeps their snapshots' memory a file that forks share.
 	cfg.OwnMemory = sn.Kind == baseKind
 	ph.done("cgroup")
-	vm, err := m.snaps.Restore(ctx, m.opts.Driver, cfg, sn)
+	var vm vmm.VM
+	if staged != nil {
+		vm, err = m.load(ctx, cfg, sn, staged, ph)
+	} else {
+		vm, err = m.snaps.Restore(ctx, m.opts.Driver, cfg, sn)
+	}
 	if err != nil {
 		b.removeCgroup()
 		return nil, err

@@ -139,6 +139,10 @@ type CreateOptions struct {
 	// checked against the operator's policy before anything is made, and
 	// served again after every restore, fork and resume.
 	Mounts []mounts.Spec
+
+	// staged, set by Fork only, starts a copy from the fork's snapshot
+	// while it is being captured (fork.go).
+	staged *forkGate
 }
 
 // Info describes a sandbox.
