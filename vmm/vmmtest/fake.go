@@ -175,11 +175,17 @@ func (d *FakeDriver) Start(ctx context.Context, cfg vmm.Config) (vmm.VM, error) 
 // is a fresh agent: processes and sessions of the snapshotted VM are not
 // carried over; its hostname is.
 func (d *FakeDriver) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
+	return d.restore(ctx, cfg, dir, fakeStateFile)
+}
+
+// restore counts a restore, fails it when FailNextRestore asked, and
+// launches a paused VM from the fakeState in file name of dir.
+func (d *FakeDriver) restore(ctx context.Context, cfg vmm.Config, dir, name string) (*FakeVM, error) {
 	d.set(func() { d.restores++ })
 	if err := take(&d.mu, &d.failRestore); err != nil {
 		return nil, fmt.Errorf("vmmtest: fake restore: %w", err)
 	}
-	st, err := d.readState(dir, fakeStateFile)
+	st, err := d.readState(dir, name)
 	if err != nil {
 		return nil, err
 	}

@@ -41,20 +41,14 @@ func (v *FakeVM) PlanSnapshot(ctx context.Context, dir string) error {
 // Restore otherwise (it counts as one); Load completes it once the
 // snapshot was written.
 func (d *FakeDriver) StageRestore(ctx context.Context, cfg vmm.Config, dir string) (vmm.StagedVM, error) {
-	d.set(func() { d.restores++ })
-	if err := take(&d.mu, &d.failRestore); err != nil {
-		return nil, fmt.Errorf("vmmtest: fake restore: %w", err)
-	}
-	st, err := d.readState(dir, fakePlanFile)
+	_, err := os.Stat(filepath.Join(dir, fakeStateFile))
+	early := errors.Is(err, os.ErrNotExist)
+	vm, err := d.restore(ctx, cfg, dir, fakePlanFile)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, fakeStateFile)); errors.Is(err, os.ErrNotExist) {
+	if early {
 		d.set(func() { d.early++ })
-	}
-	vm, err := d.launch(ctx, cfg, dir, st)
-	if err != nil {
-		return nil, err
 	}
 	vm.mu.Lock()
 	vm.staged = true
