@@ -78,7 +78,7 @@ func cleanPath(b []byte) (string, error) {
 
 // Open opens a regular file for reading.
 func (f *Files) Open(ctx context.Context, req *agentv1.PathRequest) (*agentv1.OpenResponse, error) {
-	file, info, err := openRead(req.Path)
+	file, fi, err := openRead(req.Path)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -86,11 +86,11 @@ func (f *Files) Open(ctx context.Context, req *agentv1.PathRequest) (*agentv1.Op
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &agentv1.OpenResponse{Handle: id, Info: info}, nil
+	return &agentv1.OpenResponse{Handle: id, Info: infoOf(file.Name(), fi)}, nil
 }
 
 // openRead opens the regular file at path from the host for reading.
-func openRead(path []byte) (*os.File, *agentv1.FileInfo, error) {
+func openRead(path []byte) (*os.File, fs.FileInfo, error) {
 	p, err := cleanPath(path)
 	if err != nil {
 		return nil, nil, err
@@ -108,7 +108,7 @@ func openRead(path []byte) (*os.File, *agentv1.FileInfo, error) {
 		file.Close()
 		return nil, nil, &fs.PathError{Op: "read", Path: p, Err: errIsDir}
 	}
-	return file, infoOf(p, fi), nil
+	return file, fi, nil
 }
 
 // ReadChunk reads the next bytes of a handle.

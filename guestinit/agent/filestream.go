@@ -29,13 +29,6 @@ const (
 	maxStreams = maxHandles
 )
 
-// streamBufs are the frame buffers of the file streams: a header and
-// the largest data frame's body.
-var streamBufs = sync.Pool{New: func() any {
-	b := make([]byte, channel.FrameHeader+channel.MaxFrameData)
-	return &b
-}}
-
 // ServeStreams serves the file streams accepted on l, each whole file
 // transfer on its own goroutine, until l is closed; it then waits for the
 // transfers under way (each ends when its stream does, or goes idle).
@@ -99,45 +92,20 @@ func streamWrite(c net.Conn, req *agentv1.CreateRequest) {
 		h.release()
 		return
 	}
-	bp := streamBufs.Get().(*[]byte)
-	defer streamBufs.Put(bp)
-	buf := *bp
-	var werr error // a failed write, already told: the rest is drained
-	for {
-		_ = c.SetReadDeadline(time.Now().Add(streamIdle))
-		typ, n, err := channel.ReadFrameHeader(c, buf)
-		if err == nil && typ != channel.FrameData && typ != channel.FrameEnd && typ != channel.FrameError {
-			err = fmt.Errorf("%w: a %q frame in the data", channel.ErrBadFrame, typ)
-		}
-		if err == nil {
-			_, err = io.ReadFull(c, buf[:n])
-		}
-		if err != nil { // the host went, or broke the protocol
-			h.release()
-			return
-		}
-		if typ == channel.FrameError { // the host abandons the write: gone once answered
-			h.release()
-			sendErr(c, fmt.Errorf("agent: the host abandoned the write: %w", context.Canceled))
-			return
-		}
-		if typ == channel.FrameEnd {
-			break
-		}
-		if werr == nil {
-			var w int
-			w, werr = h.f.Write(buf[:n])
-			h.size += uint64(w)
-			if werr != nil {
-				sendErr(c, werr)
-			}
-		}
-	}
-	if werr != nil {
+	w := newFileWriter(h.f)
+	if err := receive(c, w); err != nil { // told, or nobody to tell
+		w.abort()
 		h.release()
 		return
 	}
-	if err := h.commit(); err != nil {
+	err = w.finish()
+	h.size = w.total
+	if err == nil {
+		err = h.commit()
+	} else {
+		h.release()
+	}
+	if err != nil {
 		sendErr(c, err)
 		return
 	}
@@ -146,15 +114,57 @@ func streamWrite(c net.Conn, req *agentv1.CreateRequest) {
 	_ = channel.WriteFrame(c, channel.FrameEnd, size[:])
 }
 
+// errGone is receive's answer when the stream broke off or the host
+// abandoned the write.
+var errGone = errors.New("agent: the file stream ended without its data")
+
+// receive reads a write's data frames from c into w up to the host's
+// FrameEnd. An error it returns was told to the host already, or there is
+// no host to tell: a write that fails is told at once, and its error
+// returned once the rest is drained; a stream that breaks off returns
+// errGone, and so does the host abandoning the write, once answered.
+func receive(c net.Conn, w *fileWriter) error {
+	var hdr [channel.FrameHeader]byte
+	var werr error // a failed write, already told: the rest is drained
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(streamIdle))
+		typ, n, err := channel.ReadFrameHeader(c, hdr[:])
+		switch {
+		case err != nil:
+		case typ == channel.FrameData && werr == nil:
+			err = w.fill(c, n)
+		case typ == channel.FrameData, typ == channel.FrameEnd, typ == channel.FrameError:
+			_, err = io.CopyN(io.Discard, c, int64(n))
+		default:
+			err = fmt.Errorf("%w: a %q frame in the data", channel.ErrBadFrame, typ)
+		}
+		if err != nil { // the host went, or broke the protocol
+			return errGone
+		}
+		switch typ {
+		case channel.FrameError: // the host abandons the write: gone once answered
+			sendErr(c, fmt.Errorf("agent: the host abandoned the write: %w", context.Canceled))
+			return errGone
+		case channel.FrameEnd:
+			return werr
+		}
+		if werr == nil {
+			if werr = w.failed(); werr != nil {
+				sendErr(c, werr)
+			}
+		}
+	}
+}
+
 // streamRead sends req's file as data frames, then FrameEnd at its end.
 func streamRead(c net.Conn, req *agentv1.PathRequest) {
-	file, info, err := openRead(req.Path)
+	file, fi, err := openRead(req.Path)
 	if err != nil {
 		sendErr(c, err)
 		return
 	}
 	defer file.Close()
-	b, err := proto.Marshal(info)
+	b, err := proto.Marshal(infoOf(file.Name(), fi))
 	if err != nil {
 		sendErr(c, err)
 		return
@@ -165,20 +175,18 @@ func streamRead(c net.Conn, req *agentv1.PathRequest) {
 	}
 	stop := watchAbandon(c)
 	defer stop()
-	bp := streamBufs.Get().(*[]byte)
-	defer streamBufs.Put(bp)
-	buf := *bp
+	r := newFileReader(file, fi)
+	defer r.close()
 	for {
-		n, err := io.ReadFull(file, buf[channel.FrameHeader:])
-		if n > 0 {
-			channel.PutFrameHeader(buf, channel.FrameData, n)
+		frame, err := r.next()
+		if len(frame) > 0 {
 			_ = c.SetWriteDeadline(time.Now().Add(streamIdle))
-			if _, werr := c.Write(buf[:channel.FrameHeader+n]); werr != nil {
+			if _, werr := c.Write(frame); werr != nil {
 				return
 			}
 		}
 		switch {
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.Is(err, io.EOF):
 			_ = channel.WriteFrame(c, channel.FrameEnd, nil)
 			return
 		case err != nil:
