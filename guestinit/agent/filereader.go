@@ -12,7 +12,7 @@ import (
 
 // fileReader reads a file for a file stream: a goroutine of its own reads
 // the next buffer while the stream sends the last one, so the disk and the
-// channel work at once.
+// channel work at once. A file that fits in one buffer gets one.
 //
 // A regular file of at least one buffer is read with O_DIRECT where its
 // filesystem allows: the disk's data lands in the buffer without the page
@@ -23,7 +23,7 @@ import (
 type fileReader struct {
 	f      *os.File
 	direct bool // O_DIRECT is set; only run's goroutine touches it
-	bufs   [2]*[]byte
+	bufs   []*[]byte
 	held   *[]byte // the buffer of the frame next returned last
 
 	full chan chunk    // from run: a data frame read, in order
@@ -50,9 +50,10 @@ func newFileReader(f *os.File, fi fs.FileInfo) *fileReader {
 		quit: make(chan struct{}),
 		done: make(chan struct{}),
 	}
-	for i := range r.bufs {
-		r.bufs[i] = streamBufs.Get().(*[]byte)
-		r.free <- r.bufs[i]
+	for range min(fi.Size()/streamBufSize+1, 2) {
+		b := streamBufs.Get().(*[]byte)
+		r.bufs = append(r.bufs, b)
+		r.free <- b
 	}
 	if fi.Mode().IsRegular() && fi.Size() >= streamBufSize {
 		r.direct = setDirect(f, true) == nil
