@@ -223,3 +223,38 @@ func TestFileWriterShortSource(t *testing.T) {
 		t.Errorf("fill of a short source: %v, want %v", err, io.ErrUnexpectedEOF)
 	}
 }
+
+// TestFileStreamReadsEvictedFile: a file none of whose pages are in the
+// page cache (read directly where the filesystem allows) and one with only
+// some of them there read back as written.
+func TestFileStreamReadsEvictedFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	data := make([]byte, 2*streamBufSize+777)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamGet(t, p); !bytes.Equal(got, data) {
+		t.Error("the evicted file read back differs")
+	}
+	if err := unix.Fadvise(int(f.Fd()), streamBufSize, streamBufSize, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamGet(t, p); !bytes.Equal(got, data) {
+		t.Error("the partly evicted file read back differs")
+	}
+}
