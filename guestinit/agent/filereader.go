@@ -30,6 +30,7 @@ type fileReader struct {
 	df   *os.File // f opened again with O_DIRECT, or nil; only run's goroutine uses it
 	size int64    // f's size when opened
 	off  int64    // where run reads next
+	seq  bool     // f is read in order (a pipe has no offsets), never df
 	bufs []*[]byte
 	held *[]byte // the buffer of the frame next returned last
 
@@ -66,6 +67,7 @@ func newFileReader(f *os.File, fi fs.FileInfo) *fileReader {
 	if fi.Mode().IsRegular() && fi.Size() >= streamBufSize {
 		r.df = openDirect(f)
 	}
+	r.seq = r.df == nil
 	go r.run()
 	return r
 }
@@ -114,6 +116,13 @@ func (r *fileReader) run() {
 // flag but not this read) is done, and those after it, through the page
 // cache.
 func (r *fileReader) read(b []byte) (int, error) {
+	if r.seq {
+		n, err := io.ReadFull(r.f, b)
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+		return n, err
+	}
 	if r.df != nil {
 		if n, ok := r.cached(b); ok {
 			return n, nil

@@ -258,3 +258,24 @@ func TestFileStreamReadsEvictedFile(t *testing.T) {
 		t.Error("the partly evicted file read back differs")
 	}
 }
+
+// TestFileStreamReadsFIFO: a named pipe, which has no offsets, streams
+// what its writer wrote until the writer closes it.
+func TestFileStreamReadsFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("fifo bytes "), streamBufSize/5)
+	go func() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		_, _ = f.Write(data)
+	}()
+	if got := streamGet(t, p); !bytes.Equal(got, data) {
+		t.Errorf("read %d bytes of the pipe's %d, or they differ", len(got), len(data))
+	}
+}
