@@ -24,7 +24,9 @@ import (
 // under TCG: 0.12 s with dd, against 0.65 s through the page cache from the
 // disk). A file the API wrote is such a file: it went to the disk the same
 // way. The kernel writes a range's dirty pages back before it reads the
-// range directly, so the data read is what the page cache holds.
+// range directly, so the data read is what the page cache holds. Any
+// other file (a pipe, a /proc file, a small one, one on a filesystem
+// without direct I/O) is read in order, as a pipe has no offsets.
 type fileReader struct {
 	f    *os.File
 	df   *os.File // f opened again with O_DIRECT, or nil; only run's goroutine uses it
@@ -110,9 +112,10 @@ func (r *fileReader) run() {
 	}
 }
 
-// read fills b from the file at r.off, short only at its end (io.EOF, or
-// the size it had when opened) or on an error: from the page cache when it
-// holds all of b's range, else directly. A direct read the filesystem refuses (EINVAL: it took the
+// read fills b from the file, short only at its end (io.EOF, or the size
+// it had when opened) or on an error. A file read at offsets is read at
+// r.off: from the page cache when it holds all of b's range, else
+// directly. A direct read the filesystem refuses (EINVAL: it took the
 // flag but not this read) is done, and those after it, through the page
 // cache.
 func (r *fileReader) read(b []byte) (int, error) {
@@ -162,10 +165,7 @@ func (r *fileReader) next() (frame []byte, err error) {
 		r.free <- r.held
 		r.held = nil
 	}
-	c, ok := <-r.full
-	if !ok {
-		return nil, io.ErrClosedPipe
-	}
+	c := <-r.full
 	r.held = c.b
 	if c.n == 0 {
 		return nil, c.err

@@ -140,21 +140,37 @@ func TestFileStreamReadsDirtyPages(t *testing.T) {
 	}
 }
 
-// TestFileWriterDirect: a file of more than a buffer goes to the disk
-// with O_DIRECT where the filesystem has it, and ends in buffered mode.
-func TestFileWriterDirect(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+// openFile opens name with flag (creating it with O_CREATE) until the
+// test ends.
+func openFile(t *testing.T, name string, flag int) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(name, flag, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// filled is a writer of f that has taken n zero bytes.
+func filled(t *testing.T, f *os.File, n int) *fileWriter {
+	t.Helper()
+	w := newFileWriter(f)
+	if err := w.fill(bytes.NewReader(make([]byte, n)), n); err != nil {
+		w.abort()
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestFileWriterDirect: a file of more than a buffer goes to the disk
+// with O_DIRECT where the filesystem has it, and ends in buffered mode.
+func TestFileWriterDirect(t *testing.T) {
+	f := openFile(t, filepath.Join(t.TempDir(), "f"), os.O_RDWR|os.O_CREATE)
 	if setDirect(f, true) != nil || setDirect(f, false) != nil {
 		t.Skip("the test directory's filesystem has no direct I/O")
 	}
-	w := newFileWriter(f)
-	if err := w.fill(bytes.NewReader(make([]byte, 2*streamBufSize+100)), 2*streamBufSize+100); err != nil {
-		t.Fatal(err)
-	}
+	w := filled(t, f, 2*streamBufSize+100)
 	if err := w.finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -169,15 +185,7 @@ func TestFileWriterDirect(t *testing.T) {
 // TestFileWriterNoDirect: a file whose filesystem refuses O_DIRECT is
 // written through the page cache.
 func TestFileWriterNoDirect(t *testing.T) {
-	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := newFileWriter(f)
-	if err := w.fill(bytes.NewReader(make([]byte, 3*streamBufSize)), 3*streamBufSize); err != nil {
-		t.Fatal(err)
-	}
+	w := filled(t, openFile(t, os.DevNull, os.O_WRONLY), 3*streamBufSize)
 	if err := w.finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -193,15 +201,7 @@ func TestFileWriterFailedWrite(t *testing.T) {
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(p) // read-only: every write fails
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := newFileWriter(f)
-	if err := w.fill(bytes.NewReader(make([]byte, 4*streamBufSize)), 4*streamBufSize); err != nil {
-		t.Fatal(err)
-	}
+	w := filled(t, openFile(t, p, os.O_RDONLY), 4*streamBufSize) // every write fails
 	if err := w.failed(); err == nil {
 		t.Error("failed is nil after writes to a read-only file")
 	}
@@ -212,12 +212,7 @@ func TestFileWriterFailedWrite(t *testing.T) {
 
 // TestFileWriterShortSource: fill returns its source's error.
 func TestFileWriterShortSource(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := newFileWriter(f)
+	w := newFileWriter(openFile(t, filepath.Join(t.TempDir(), "f"), os.O_RDWR|os.O_CREATE))
 	defer w.abort()
 	if err := w.fill(bytes.NewReader(make([]byte, 10)), 20); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("fill of a short source: %v, want %v", err, io.ErrUnexpectedEOF)

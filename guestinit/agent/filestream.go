@@ -99,7 +99,6 @@ func streamWrite(c net.Conn, req *agentv1.CreateRequest) {
 		return
 	}
 	err = w.finish()
-	h.size = w.total
 	if err == nil {
 		err = h.commit()
 	} else {
@@ -110,7 +109,7 @@ func streamWrite(c net.Conn, req *agentv1.CreateRequest) {
 		return
 	}
 	var size [8]byte
-	binary.BigEndian.PutUint64(size[:], h.size)
+	binary.BigEndian.PutUint64(size[:], w.total)
 	_ = channel.WriteFrame(c, channel.FrameEnd, size[:])
 }
 
