@@ -93,9 +93,12 @@ func streamWrite(c net.Conn, req *agentv1.CreateRequest) {
 		return
 	}
 	w := newFileWriter(h.f)
-	if err := receive(c, w); err != nil { // told, or nobody to tell
+	if err := receive(c, w); err != nil {
 		w.abort()
 		h.release()
+		if errors.Is(err, errAbandoned) { // answered once the file is gone
+			sendErr(c, err)
+		}
 		return
 	}
 	err = w.finish()
@@ -113,15 +116,20 @@ func streamWrite(c net.Conn, req *agentv1.CreateRequest) {
 	_ = channel.WriteFrame(c, channel.FrameEnd, size[:])
 }
 
-// errGone is receive's answer when the stream broke off or the host
-// abandoned the write.
-var errGone = errors.New("agent: the file stream ended without its data")
+// Receive's answers for a write that ends without its data.
+var (
+	// errGone: the stream broke off, and there is no host to tell.
+	errGone = errors.New("agent: the file stream ended without its data")
+	// errAbandoned: the host sent FrameError, and waits for the answer
+	// that says its temporary file is gone.
+	errAbandoned = fmt.Errorf("agent: the host abandoned the write: %w", context.Canceled)
+)
 
 // receive reads a write's data frames from c into w up to the host's
-// FrameEnd. An error it returns was told to the host already, or there is
-// no host to tell: a write that fails is told at once, and its error
+// FrameEnd. A write that fails is told to the host at once, and its error
 // returned once the rest is drained; a stream that breaks off returns
-// errGone, and so does the host abandoning the write, once answered.
+// errGone, and the host abandoning the write errAbandoned, which the
+// caller answers.
 func receive(c net.Conn, w *fileWriter) error {
 	var hdr [channel.FrameHeader]byte
 	var werr error // a failed write, already told: the rest is drained
@@ -141,9 +149,8 @@ func receive(c net.Conn, w *fileWriter) error {
 			return errGone
 		}
 		switch typ {
-		case channel.FrameError: // the host abandons the write: gone once answered
-			sendErr(c, fmt.Errorf("agent: the host abandoned the write: %w", context.Canceled))
-			return errGone
+		case channel.FrameError:
+			return errAbandoned
 		case channel.FrameEnd:
 			return werr
 		}
