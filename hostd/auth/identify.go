@@ -2,20 +2,23 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // KeyNamer names stored keys. *store.Store implements it.
 type KeyNamer interface {
-	// APIKeyName returns the name stored with hash, or an error when none
-	// is stored.
+	// APIKeyName returns the name stored with hash, or an error wrapping
+	// store.ErrNotFound when none is stored.
 	APIKeyName(ctx context.Context, hash string) (string, error)
 }
 
 // Identify is Authenticate that also returns the name of the request's key
-// (for per-key limits). It needs a KeyStore that is also a KeyNamer;
-// otherwise the name is "".
+// (for per-key limits), in one lookup. It needs a KeyStore that is also a
+// KeyNamer; otherwise the name is "".
 func (a *Authenticator) Identify(r *http.Request) (string, error) {
 	kn, ok := a.keys.(KeyNamer)
 	if !ok {
@@ -25,15 +28,11 @@ func (a *Authenticator) Identify(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ok, err = a.keys.HasAPIKey(r.Context(), Hash(key))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("auth: %w", err)
-	case !ok:
-		return "", fmt.Errorf("%w: unknown key", ErrUnauthorized)
-	}
 	name, err := kn.APIKeyName(r.Context(), Hash(key))
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return "", fmt.Errorf("%w: unknown key", ErrUnauthorized)
+	case err != nil:
 		return "", fmt.Errorf("auth: %w", err)
 	}
 	return name, nil

@@ -40,3 +40,24 @@ func TestIdentify(t *testing.T) {
 		})
 	}
 }
+
+// failingNamer is a key store whose lookups fail.
+type failingNamer struct{ err error }
+
+func (f failingNamer) AddAPIKey(context.Context, string, string) error { return f.err }
+func (f failingNamer) HasAPIKey(context.Context, string) (bool, error) { return false, f.err }
+func (f failingNamer) APIKeyName(context.Context, string) (string, error) {
+	return "", f.err
+}
+
+// A store that fails is not an unknown key: the caller answers 500, not 401.
+func TestIdentifyStoreError(t *testing.T) {
+	broken := errors.New("disk gone")
+	a := auth.New(failingNamer{err: broken})
+	r := httptest.NewRequest("GET", "/v1/sandboxes", nil)
+	r.Header.Set("Authorization", "Bearer ab_key")
+	_, err := a.Identify(r)
+	if !errors.Is(err, broken) || errors.Is(err, auth.ErrUnauthorized) {
+		t.Fatalf("got %v, want the store's error and not ErrUnauthorized", err)
+	}
+}
