@@ -34,6 +34,10 @@ type floors struct {
 	// guestTrue is the p50 of `true` spawned inside a product guest
 	// (guestTrue, in rounds between benchExec's).
 	guestTrue time.Duration
+	// clonePSS is a bare clone's proportional set size by kind (pssOf),
+	// taken once it answered; its private pages outside guest memory are
+	// what one more QEMU process costs at the least.
+	clonePSS map[string]int64
 }
 
 // agentSocket is the QEMU driver's agent channel socket in a VM's dir.
@@ -111,7 +115,7 @@ func measureFloors(ctx context.Context, n int, p *progress) (floors, error) {
 		return f, err
 	}
 	p.step("floor: bare clone and restore")
-	if f.clone, f.restore, err = restoreFloors(ctx, d, last, mk); err != nil {
+	if f.clone, f.restore, f.clonePSS, err = restoreFloors(ctx, d, last, mk); err != nil {
 		return f, err
 	}
 	return f, nil
@@ -120,8 +124,8 @@ func measureFloors(ctx context.Context, n int, p *progress) (floors, error) {
 // restoreFloors snapshots bare VM b (its memory a file: restores map it
 // copy-on-write, the template clone) and measures restores of it; then
 // snapshots a clone (its memory in the migration stream) and measures
-// restores of that.
-func restoreFloors(ctx context.Context, d *qemu.Driver, b *bareVM, mk func(string) (vmm.Config, error)) (clone, restore time.Duration, err error) {
+// restores of that. clonePSS is the last clone's PSS by kind.
+func restoreFloors(ctx context.Context, d *qemu.Driver, b *bareVM, mk func(string) (vmm.Config, error)) (clone, restore time.Duration, clonePSS map[string]int64, err error) {
 	snap := func(vm vmm.VM, name string) (string, error) {
 		dir := filepath.Join(filepath.Dir(b.dir), name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -163,23 +167,26 @@ func restoreFloors(ctx context.Context, d *qemu.Driver, b *bareVM, mk func(strin
 	}
 	s1, err := snap(b.vm, "snap-file")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	clone, c, err := timed(s1, "clone")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer c.close()
+	if clonePSS, err = pssOf(c.vm.PID()); err != nil {
+		return 0, 0, nil, err
+	}
 	s2, err := snap(c.vm, "snap-stream")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	restore, r, err := timed(s2, "restore")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	r.close()
-	return clone, restore, nil
+	return clone, restore, clonePSS, nil
 }
 
 // ping connects b's channel and waits for the init's answer.
@@ -305,4 +312,11 @@ func (fl floors) addTo(t *table, boots int) {
 	t.rate("floor: raw agent-channel stream host → guest", fl.inMiBs, "", 0, "", "virtio-serial, 64 MiB")
 	t.rate("floor: raw agent-channel stream guest → host", fl.outMiBs, "", 0, "", "virtio-serial, 64 MiB")
 	t.dur("floor: raw agent-channel round trip (1 byte), p50 of 200", fl.rtt, "", 0, "", "what any agent call costs at the least")
+	for _, k := range []string{pssTCG, pssQEMU} {
+		if by, ok := fl.clonePSS[k+privateSuffix]; ok {
+			t.figs = append(t.figs, figure{Name: "floor: a bare clone's private memory: " + k, Value: float64(by) / (1 << 20), Unit: "MiB",
+				Text: fmt.Sprintf("%.1f MiB", float64(by)/(1<<20)),
+				Note: fmt.Sprintf("what one more QEMU process costs at the least (its PSS: %.1f MiB)", float64(fl.clonePSS[k])/(1<<20))})
+		}
+	}
 }

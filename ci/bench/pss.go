@@ -15,6 +15,10 @@ const (
 	pssShared = "guest memory, its share of the snapshot's pages"
 	pssQEMU   = "QEMU itself (heap, stacks, libraries, device buffers)"
 	pssTotal  = "total"
+	// privateSuffix marks a kind's private pages (Private_Clean and
+	// Private_Dirty) in pssOf's map, for the kinds outside guest memory:
+	// what one more process adds when its libraries are mapped already.
+	privateSuffix = ", private pages"
 )
 
 // pssKinds are the kinds of pssOf, in the order the bench prints them.
@@ -78,6 +82,12 @@ func pssOf(pid int) (map[string]int64, error) {
 			by[pssOwn] += b
 			by[pssShared] -= b
 			mapPss -= b
+		case fields[0] == "Private_Clean:" || fields[0] == "Private_Dirty:":
+			if tcg {
+				by[pssTCG+privateSuffix] += b
+			} else {
+				by[pssQEMU+privateSuffix] += b
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

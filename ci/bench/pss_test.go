@@ -29,3 +29,20 @@ func TestMarginalPSSNeedsTwo(t *testing.T) {
 		t.Fatal("one VM: no error")
 	}
 }
+
+// A kind's private pages are some of its PSS: a page of one process counts
+// whole in its PSS.
+func TestPSSPrivatePagesWithinPSS(t *testing.T) {
+	by, err := pssOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{pssTCG, pssQEMU} {
+		if p := by[k+privateSuffix]; p < 0 || p > by[k] {
+			t.Errorf("%s: private %d bytes, PSS %d", k, p, by[k])
+		}
+	}
+	if by[pssQEMU+privateSuffix] == 0 {
+		t.Error("no private pages outside guest memory in this process")
+	}
+}

@@ -186,8 +186,12 @@ func (s *snapshotBench) tenForks(ctx context.Context, src client.Sandbox, _ clie
 		Text: fmt.Sprintf("%.1f MiB", marginal/(1<<20)), FloorName: "a cold-booted sandbox's PSS", FloorValue: coldPSS / (1 << 20),
 		Ratio: marginal / coldPSS, Goal: "≤ 0.12× floor"})
 	for _, k := range pssKinds {
+		note := fmt.Sprintf("the cold-booted sandbox: %.1f MiB", float64(coldBy[k])/(1<<20))
+		if c, ok := s.e.fl.clonePSS[k+privateSuffix]; ok {
+			note += fmt.Sprintf("; private pages: %.1f MiB, a bare clone's %.1f MiB", by[k+privateSuffix]/(1<<20), float64(c)/(1<<20))
+		}
 		s.t.figs = append(s.t.figs, figure{Name: "  per extra fork: " + k, Value: by[k] / (1 << 20), Unit: "MiB",
-			Text: fmt.Sprintf("%.1f MiB", by[k]/(1<<20)), Note: fmt.Sprintf("the cold-booted sandbox: %.1f MiB", float64(coldBy[k])/(1<<20))})
+			Text: fmt.Sprintf("%.1f MiB", by[k]/(1<<20)), Note: note})
 	}
 	return nil
 }
