@@ -71,9 +71,21 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// setMigration lifts the migration bandwidth cap for every VM.
+// setMigration lifts the migration bandwidth cap for every VM and turns off
+// the announce after an incoming migration (announce-rounds 0).
+//
+// That announce is for a VM that moved to another host: QEMU has the
+// guest's virtio-net send a gratuitous ARP, an unsolicited IPv6 neighbour
+// advertisement and MLD reports, in 5 rounds. Every sandbox link here is
+// its own tap with the same two MACs (netns.GuestMAC and HostMAC), so
+// nothing has to learn where the guest went. Under TCG the first round was
+// a tenth of the guest code a fork's wake translates, on the one vCPU the
+// wake runs on.
 func (vm *VM) setMigration(ctx context.Context) error {
-	_, err := vm.qmp.run(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(migrationBandwidth)})
+	_, err := vm.qmp.run(ctx, "migrate-set-parameters", map[string]any{
+		"max-bandwidth":   int64(migrationBandwidth),
+		"announce-rounds": 0,
+	})
 	return err
 }
 

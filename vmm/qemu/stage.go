@@ -81,7 +81,7 @@ func (d *Driver) stage(ctx context.Context, cfg vmm.Config, dir string, complete
 			return nil, err
 		}
 	}
-	vm, err := d.launch(ctx, cfg, append(d.args(cfg, memory), "-S", "-incoming", "defer"), o)
+	vm, err := d.launch(ctx, cfg, append(d.args(cfg, memory), incomingArgs...), o)
 	if err != nil {
 		if in.copied != nil {
 			<-in.copied
@@ -91,6 +91,10 @@ func (d *Driver) stage(ctx context.Context, cfg vmm.Config, dir string, complete
 	vm.incoming = in
 	return vm, nil
 }
+
+// incomingArgs start a QEMU paused and waiting for a migration that
+// migrate-incoming starts later: every restore's.
+var incomingArgs = []string{"-S", "-incoming", "defer"}
 
 // copyWhile copies the memory file at path into the memfd mem in the
 // background: QEMU maps the memfd at its start and touches none of its
