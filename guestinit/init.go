@@ -30,6 +30,7 @@ func Main() {
 	err := earlyMounts()
 	console := openConsole()
 	log := slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	quietTTRPC(log)
 	if err == nil {
 		err = run(log, booted)
 	}
