@@ -64,10 +64,13 @@ func Accept(conn net.Conn) (uint32, net.Conn, error) {
 }
 
 // Reply answers an accepted request: OK when ok, an error line otherwise.
+// (strconv, not fmt: the guest answers at every wake, and under TCG each
+// package first run in a new VMM is translated.)
 func Reply(conn net.Conn, port uint32, ok bool) error {
-	msg := fmt.Sprintf("OK %d\n", port)
+	p := strconv.FormatUint(uint64(port), 10)
+	msg := "OK " + p + "\n"
 	if !ok {
-		msg = fmt.Sprintf("ERR no listener on port %d\n", port)
+		msg = "ERR no listener on port " + p + "\n"
 	}
 	_, err := io.WriteString(conn, msg)
 	return err
