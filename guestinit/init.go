@@ -87,6 +87,9 @@ func run(log *slog.Logger, booted time.Time) error {
 	if err := loopbackUp(); err != nil {
 		log.Warn("loopback", "err", err)
 	}
+	if err := setSysctls("/proc/sys"); err != nil {
+		log.Warn("sysctl", "err", err)
+	}
 	if err := setupNetwork(args); errors.Is(err, errNoNIC) {
 		log.Warn("network", "err", err)
 	} else if err != nil {
