@@ -30,10 +30,10 @@ func TestHandshake(t *testing.T) {
 		if !ok && (!errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `"ERR no listener on port 1027"`)) {
 			t.Errorf("refused: Connect: %v, want ErrRefused with the guest's line", err)
 		}
+		host.Close() // a guest still waiting on the host fails instead of hanging
 		if err := <-done; err != nil {
 			t.Errorf("guest: %v", err)
 		}
-		host.Close()
 		guest.Close()
 	}
 }
