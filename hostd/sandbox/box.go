@@ -14,6 +14,7 @@ import (
 	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -115,9 +116,10 @@ func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
 	return b.clientProbed(ctx, health)
 }
 
-// probe checks a new agent connection: the guest's answer to its first
-// calls, within ctx.
-type probe func(ctx context.Context, c *agentclient.Client) error
+// Client is client, for snapshot.Guest.
+func (b *box) Client(ctx context.Context) (*agentclient.Client, error) { return b.client(ctx) }
+
+var _ snapshot.Guest = (*box)(nil)
 
 // health is the probe of client: a Health call.
 func health(ctx context.Context, c *agentclient.Client) error {
@@ -127,7 +129,7 @@ func health(ctx context.Context, c *agentclient.Client) error {
 
 // clientProbed is client with the probe a new connection must pass before
 // it is the box's (an existing one is returned as it is).
-func (b *box) clientProbed(ctx context.Context, check probe) (*agentclient.Client, error) {
+func (b *box) clientProbed(ctx context.Context, check snapshot.Probe) (*agentclient.Client, error) {
 	if c := b.current(); c != nil {
 		return c, nil
 	}
@@ -206,12 +208,13 @@ func (b *box) connect(ctx context.Context, timeout time.Duration) error {
 // packages, a booted guest never answered its first connection).
 const bootAttempt = 20 * time.Second
 
-// reconnect is connect for a restored or resumed VM, whose agent answers
+// Reconnect is connect for a restored or resumed VM, whose agent answers
 // at once: each connection gets connectAttempt, and one that fails or gets
 // no answer is dropped for a fresh one (the VMM then resyncs the channel
 // afresh: a snapshot may have cut a frame of the parent's session in two,
-// and the guest swallowed the first marker in it).
-func (b *box) reconnect(ctx context.Context, timeout time.Duration, check probe) error {
+// and the guest swallowed the first marker in it). With Client, it makes
+// a box the snapshot.Guest that snapshot.Wake wakes.
+func (b *box) Reconnect(ctx context.Context, timeout time.Duration, check snapshot.Probe) error {
 	return b.connectTries(ctx, timeout, connectAttempt, check)
 }
 
@@ -221,7 +224,7 @@ const connectAttempt = 5 * time.Second
 // connectTries connects b's agent within timeout, in attempts of attempt
 // each (0: one attempt), each connection checked by check; on failure it
 // stops the VM.
-func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration, check probe) error {
+func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration, check snapshot.Probe) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := b.tryConnect(bctx, attempt, check); err != nil {
@@ -235,7 +238,7 @@ func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration, 
 // exits, each connection within attempt (0: one connection, as long as
 // ctx). A connection that fails or gets no answer is dropped, and the
 // next one padded (the VMM resyncs the channel afresh).
-func (b *box) tryConnect(ctx context.Context, attempt time.Duration, check probe) error {
+func (b *box) tryConnect(ctx context.Context, attempt time.Duration, check snapshot.Probe) error {
 	for {
 		actx, acancel := ctx, context.CancelFunc(func() {})
 		if attempt > 0 {

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/snapshot"
 )
 
 // MaxPoolSize bounds a template's warm pool.
@@ -214,7 +213,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 		p.setRestoring(id)
 		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
 		if err == nil {
-			b, err = w.m.restore(ctx, rec, sn, false, func() error { return nil }, nil)
+			b, err = w.m.restore(ctx, rec, snapshot.From{Snapshot: sn}, false, func() error { return nil })
 		}
 		if err == nil {
 			err = w.prewarm(ctx, b)
@@ -241,12 +240,11 @@ func (w *warm) refill(ctx context.Context, name string) {
 // source is the snapshot that pool name restores and the pool's size: a
 // template's, or a base snapshot's (base.go).
 func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, error) {
-	if key, ok := strings.CutPrefix(name, basePoolPrefix); ok {
-		sn, found := w.m.bases.find(ctx, key)
+	if sn, size, found, ok := w.m.bases.PoolSource(ctx, name); ok {
 		if !found {
 			return sn, 0, store.ErrNotFound
 		}
-		return sn, w.m.opts.BasePool, nil
+		return sn, size, nil
 	}
 	t, err := w.m.opts.Store.GetTemplate(ctx, name)
 	if err != nil {
@@ -268,49 +266,20 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
 	}
-	if err := b.reconnect(ctx, w.m.opts.BootTimeout, health); err != nil {
-		return err
-	}
-	if err := prepareGuest(ctx, b, true); err != nil {
+	if err := b.Reconnect(ctx, w.m.opts.BootTimeout, health); err != nil {
 		return err
 	}
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
-	if err := warmExecs(ctx, c, w.m.rec.on(), warmRuns); err != nil {
+	if err := snapshot.Freshen(ctx, c, b.id, true); err != nil {
+		return err
+	}
+	if err := snapshot.WarmExecs(ctx, c, w.m.rec.on(), snapshot.WarmRuns); err != nil {
 		return err
 	}
 	return b.vm.Pause(ctx)
-}
-
-// warmRuns are what warmExecs runs: the binary most commands start
-// with, then the shell that a script (and the SDKs' run) goes through.
-var warmRuns = [][]string{{"true"}, {"/bin/sh", "-c", "true"}}
-
-// warmExecs runs each of runs in the guest of c and waits for its exit, so
-// that the exec path has run: the agent's spawn, and the guest's page cache
-// of the binaries, their loader and libc. The guest forgets the sessions.
-// A command the image lacks (the agent refuses to start it) is skipped.
-// Pool VMs run it after their restore (for the VMM's translation cache),
-// base snapshots before their capture (so every sandbox restored from one
-// starts with that guest state).
-func warmExecs(ctx context.Context, c *agentclient.Client, summary bool, runs [][]string) error {
-	for _, argv := range runs {
-		st, err := c.StartWait(ctx, agentclient.Command{Argv: argv, Forget: true}, startWait, summary)
-		if errors.Is(err, agentclient.ErrStart) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if !st.Exited {
-			if _, err := c.Follow(ctx, st.ID, st.Next, func(agentclient.Output) error { return nil }); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // Templates serves the manager's templates: named snapshots, each with a
@@ -390,7 +359,13 @@ func (w *warm) startPools(ctx context.Context) error {
 	for _, t := range ts {
 		w.refillLater(t.Name)
 	}
-	w.m.bases.startPool(ctx)
+	pool, err := w.m.bases.DefaultPool(ctx)
+	if err != nil {
+		w.m.log.Warn("base snapshot pool", "err", err)
+	}
+	if pool != "" {
+		w.refillLater(pool)
+	}
 	return nil
 }
 

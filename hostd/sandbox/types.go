@@ -141,8 +141,8 @@ type CreateOptions struct {
 	Mounts []mounts.Spec
 
 	// staged, set by Fork only, starts a copy from the fork's snapshot
-	// while it is being captured (fork.go).
-	staged *forkGate
+	// while it is being captured (snapshot.Fork).
+	staged *snapshot.Gate
 }
 
 // Info describes a sandbox.

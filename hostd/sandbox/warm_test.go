@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/agent/channel"
+	"github.com/agentbox/agentbox/snapshot"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
@@ -25,7 +26,7 @@ func TestWarmExecs(t *testing.T) {
 	c := agentclient.New(conn)
 	t.Cleanup(func() { c.Close() })
 	runs := [][]string{{"/no/such/binary"}, {"true"}, {"sh", "-c", "exit 3"}}
-	if err := warmExecs(ctx, c, true, runs); err != nil {
+	if err := snapshot.WarmExecs(ctx, c, true, runs); err != nil {
 		t.Fatalf("warm-up: %v, want the missing binary skipped", err)
 	}
 	list, err := c.Sessions(ctx)
@@ -34,7 +35,7 @@ func TestWarmExecs(t *testing.T) {
 	}
 	// A guest that does not answer fails it.
 	c.Close()
-	if err := warmExecs(ctx, c, true, warmRuns); err == nil {
+	if err := snapshot.WarmExecs(ctx, c, true, snapshot.WarmRuns); err == nil {
 		t.Error("warm-up over a closed channel: no error")
 	}
 }
