@@ -1,0 +1,142 @@
+// Package hostdflags is hostd's command line, defined once: the flags that
+// both cmd/hostd and `agentbox serve` take, and the hostd.Config they fill.
+package hostdflags
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/agentbox/agentbox/hostd"
+)
+
+// Flags returns hostd's flags, all but --api-key: agentbox declares that
+// one globally (its client commands use it too), and cmd/hostd adds
+// APIKeyFlag.
+func Flags() []cli.Flag {
+	cache := hostd.CacheDir()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "listen", Value: hostd.DefaultListen, Usage: "API address", Sources: cli.EnvVars("AGENTBOX_LISTEN")},
+		&cli.StringFlag{Name: "data-dir", Value: hostd.DefaultDataDir, Usage: "state directory (agentbox.db, api-key, sandboxes/)", Sources: cli.EnvVars("AGENTBOX_DATA_DIR")},
+		&cli.StringFlag{Name: "vmm", Value: "auto", Usage: "VMM backend: auto, qemu or cloud-hypervisor", Sources: cli.EnvVars("AGENTBOX_VMM"),
+			Validator: oneOf("auto", "qemu", "cloud-hypervisor")},
+		&cli.StringFlag{Name: "accel", Value: "auto", Usage: "accelerator: auto (probe), kvm or tcg", Sources: cli.EnvVars("AGENTBOX_ACCEL"),
+			Validator: oneOf("auto", "kvm", "tcg")},
+		&cli.IntFlag{Name: "tcg-tb-size", Usage: "TCG translation cache per VM in `MiB` (0: QEMU's default)"},
+		&cli.StringFlag{Name: "kernel", Usage: "guest kernel, a PVH vmlinux (default " + filepath.Join(cache, "kernel", "vmlinux") + ")", Sources: cli.EnvVars("AGENTBOX_KERNEL")},
+		&cli.StringFlag{Name: "initramfs", Usage: "guest initramfs (default initramfs.cpio beside this executable, else " + filepath.Join(cache, "initramfs.cpio") + ")",
+			Sources: cli.EnvVars("AGENTBOX_INITRAMFS")},
+		&cli.StringFlag{Name: "base-image", Usage: "base root filesystem, qcow2 (default " + filepath.Join(cache, "images", "base.qcow2") + ")", Sources: cli.EnvVars("AGENTBOX_BASE_IMAGE")},
+		&cli.StringFlag{Name: "base-snapshots", Usage: "creates without a template restore a snapshot of the booted base image: on (default) or off",
+			Sources: cli.EnvVars("AGENTBOX_BASE_SNAPSHOTS")},
+		&cli.IntFlag{Name: "base-pool", Usage: "warm sandboxes of the base snapshot kept for creates to claim (0: the default, 1; -1: none)"},
+		&cli.StringFlag{Name: "network", Value: "proxy", Usage: "sandbox networking: proxy (a NIC behind the egress proxy) or off (no NICs)",
+			Sources: cli.EnvVars("AGENTBOX_NETWORK"), Validator: oneOf("proxy", "off")},
+		&cli.StringMapFlag{Name: "egress-host", Usage: "resolve an upstream `NAME=ADDRESS` for the egress proxy before the host's resolver (repeatable)"},
+		&cli.StringFlag{Name: "egress-upstream-ca", Usage: "PEM `FILE` of extra roots the egress proxy trusts for upstream TLS"},
+		&cli.StringSliceFlag{Name: "mount-root", Usage: "allow sandboxes' host mounts under this host `DIR` (repeatable; none: no host mounts)", Sources: cli.EnvVars("AGENTBOX_MOUNT_ROOTS")},
+		&cli.StringFlag{Name: "domain", Usage: "serve host-based service URLs at {port}-{sandbox}.DOMAIN (wildcard DNS to this host)", Sources: cli.EnvVars("AGENTBOX_DOMAIN")},
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS (and HTTP/2) with this certificate (PEM)", Sources: cli.EnvVars("AGENTBOX_TLS_CERT")},
+		&cli.StringFlag{Name: "tls-key", Usage: "the key of --tls-cert (PEM)", Sources: cli.EnvVars("AGENTBOX_TLS_KEY")},
+		&cli.StringFlag{Name: "otlp-endpoint", Usage: "send trace spans over OTLP/HTTP to this host:port or URL (off when empty)", Sources: cli.EnvVars("AGENTBOX_OTLP_ENDPOINT")},
+		&cli.StringFlag{Name: "recorder", Usage: "the flight recorder: on (default) or off", Sources: cli.EnvVars("AGENTBOX_RECORDER")},
+		&cli.DurationFlag{Name: "event-retention", Usage: "drop flight-recorder events older than this (e.g. 720h; 0 keeps them)", Sources: cli.EnvVars("AGENTBOX_EVENT_RETENTION")},
+		&cli.DurationFlag{Name: "reap-interval", Usage: "how often the reaper looks for orphaned VMMs, cgroups and sandbox directories (0: hostd's default, 1m)",
+			Sources: cli.EnvVars("AGENTBOX_REAP_INTERVAL")},
+		&cli.StringFlag{Name: "vmm-uids", Usage: "`FIRST-LAST` uids (and gids) from which each sandbox's QEMU gets its own to drop to after opening its files (default " +
+			hostd.DefaultVMMUIDs + "; off: QEMU runs as root)", Sources: cli.EnvVars("AGENTBOX_VMM_UIDS")},
+		&cli.StringFlag{Name: "vmm-user", Usage: "one unprivileged `USER` every QEMU drops to instead of a uid per sandbox (e.g. nobody; root: no drop)", Sources: cli.EnvVars("AGENTBOX_VMM_USER")},
+		&cli.StringFlag{Name: "limits", Usage: "JSON file of default and maximum sandbox limits, and per-API-key maximums", Sources: cli.EnvVars("AGENTBOX_LIMITS")},
+		&cli.StringSliceFlag{Name: "insecure-registry", Usage: "allow plain HTTP to this registry `HOST:PORT` for image templates (loopback always may; repeatable)"},
+		&cli.StringSliceFlag{Name: "image-import-dir", Usage: "let API callers build templates from OCI layouts and tarballs under this `DIR` (repeatable)"},
+		&cli.StringFlag{Name: "registry-auth-file", Usage: "Docker config `FILE` with registry credentials for image templates"},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
+		&cli.BoolFlag{Name: "drain-on-exit", Usage: "delete every sandbox when hostd stops (by default running sandboxes run on and the next hostd re-adopts them)",
+			Sources: cli.EnvVars("AGENTBOX_DRAIN_ON_EXIT")},
+		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM, how long requests in flight may finish before they are cut",
+			Sources: cli.EnvVars("AGENTBOX_SHUTDOWN_TIMEOUT")},
+	}
+}
+
+// APIKeyFlag is --api-key: a key hostd accepts beside the stored ones (with
+// none, the first start writes one to DATA_DIR/api-key).
+func APIKeyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "api-key", Usage: "API key accepted beside the stored ones (unset: the key in DATA_DIR/api-key, made at the first start)",
+		Sources: cli.EnvVars("AGENTBOX_API_KEY")}
+}
+
+// oneOf returns a flag validator accepting only the given values, or ""
+// (hostd's default, as from an empty environment variable).
+func oneOf(values ...string) func(string) error {
+	return func(v string) error {
+		if v != "" && !slices.Contains(values, v) {
+			return fmt.Errorf("%q is not one of %v", v, values)
+		}
+		return nil
+	}
+}
+
+// Config returns the hostd.Config that cmd's flags give: Flags and an
+// api-key flag of its own or of an ancestor. hostd logs to logw at
+// --log-level, and leaves its sandboxes running when it stops unless
+// --drain-on-exit.
+func Config(cmd *cli.Command, logw io.Writer) (hostd.Config, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cmd.String("log-level"))); err != nil {
+		return hostd.Config{}, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := hostd.Config{
+		Listen:           cmd.String("listen"),
+		DataDir:          cmd.String("data-dir"),
+		APIKey:           cmd.String("api-key"),
+		VMM:              cmd.String("vmm"),
+		Accel:            cmd.String("accel"),
+		TCGTBSizeMiB:     cmd.Int("tcg-tb-size"),
+		Kernel:           cmd.String("kernel"),
+		Initramfs:        cmd.String("initramfs"),
+		BaseImage:        cmd.String("base-image"),
+		BaseSnapshots:    cmd.String("base-snapshots"),
+		BasePool:         cmd.Int("base-pool"),
+		Network:          cmd.String("network"),
+		EgressHosts:      cmd.StringMap("egress-host"),
+		EgressUpstreamCA: cmd.String("egress-upstream-ca"),
+		MountRoots:       cmd.StringSlice("mount-root"),
+		Domain:           cmd.String("domain"),
+		TLSCert:          cmd.String("tls-cert"),
+		TLSKey:           cmd.String("tls-key"),
+		OTLPEndpoint:     cmd.String("otlp-endpoint"),
+		Recorder:         cmd.String("recorder"),
+		EventRetention:   cmd.Duration("event-retention"),
+		ReapInterval:     cmd.Duration("reap-interval"),
+		VMMUIDs:          cmd.String("vmm-uids"),
+		VMMUser:          cmd.String("vmm-user"),
+		Images: hostd.ImageConfig{InsecureRegistries: cmd.StringSlice("insecure-registry"),
+			ImportDirs: cmd.StringSlice("image-import-dir"), RegistryAuthFile: cmd.String("registry-auth-file")},
+		Logger:          slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: level})),
+		LeaveRunning:    true,
+		DrainOnExit:     cmd.Bool("drain-on-exit"),
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
+	}
+	if p := cmd.String("limits"); p != "" {
+		if err := hostd.LoadLimits(p, &cfg); err != nil {
+			return hostd.Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// Action runs hostd as cmd's flags say until ctx ends, logging to the root
+// command's ErrWriter: the Action of cmd/hostd and of `agentbox serve`.
+func Action(ctx context.Context, cmd *cli.Command) error {
+	cfg, err := Config(cmd, cmd.Root().ErrWriter)
+	if err != nil {
+		return err
+	}
+	return hostd.Run(ctx, cfg)
+}
