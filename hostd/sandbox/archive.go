@@ -57,7 +57,7 @@ func (c *readCount) Read(p []byte) (int, error) {
 
 // guestTree is a guest directory as an archive.Sink and archive.Source.
 type guestTree struct {
-	m   *Manager
+	rec *flight
 	id  string
 	c   *agentclient.Client
 	dir string
@@ -70,7 +70,7 @@ func (g guestTree) Mkdir(ctx context.Context, name string) error {
 	if err := g.c.Mkdir(ctx, p); err != nil {
 		return err
 	}
-	g.m.rec.file(ctx, g.id, recorder.FileData{Op: "created", Path: p, Dir: true})
+	g.rec.file(ctx, g.id, recorder.FileData{Op: "created", Path: p, Dir: true})
 	return nil
 }
 
@@ -81,7 +81,7 @@ func (g guestTree) WriteFile(ctx context.Context, name string, mode fs.FileMode,
 	if err := writeMkParents(ctx, g.c, p, mode, h, agentclient.DeferSync()); err != nil {
 		return err
 	}
-	g.m.rec.file(ctx, g.id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
+	g.rec.file(ctx, g.id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
 	return nil
 }
 
@@ -94,7 +94,7 @@ func (g guestTree) Symlink(ctx context.Context, name, target string) error {
 		}
 	}
 	if err == nil {
-		g.m.rec.file(ctx, g.id, recorder.FileData{Op: "created", Path: p})
+		g.rec.file(ctx, g.id, recorder.FileData{Op: "created", Path: p})
 	}
 	return err
 }
@@ -147,7 +147,7 @@ func (f *Files) PutArchive(ctx context.Context, id, dir string, r io.Reader) (Ar
 			return err
 		}
 		var err error
-		res, err = archive.Extract(ctx, r, guestTree{m: f.m, id: id, c: c, dir: dir})
+		res, err = archive.Extract(ctx, r, guestTree{rec: f.rec, id: id, c: c, dir: dir})
 		// One sync for all the files written, those before a bad entry too.
 		return errors.Join(err, c.SyncFS(context.WithoutCancel(ctx), dir))
 	})
@@ -159,7 +159,7 @@ func (f *Files) PutArchive(ctx context.Context, id, dir string, r io.Reader) (Ar
 // abort the stream.
 func (f *Files) GetArchive(ctx context.Context, id, dir string, w io.Writer) error {
 	return f.withAgent(ctx, id, []string{dir}, func(c *agentclient.Client) error {
-		return archive.Write(ctx, w, guestTree{m: f.m, id: id, c: c, dir: dir})
+		return archive.Write(ctx, w, guestTree{rec: f.rec, id: id, c: c, dir: dir})
 	})
 }
 
@@ -183,7 +183,7 @@ func (f *Files) Watch(ctx context.Context, id, dir string, recursive bool, emit 
 	if err := CheckPath(dir); err != nil {
 		return err
 	}
-	b, err := f.m.running(ctx, id)
+	b, err := f.boxes.running(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -32,8 +32,10 @@ type box struct {
 	overlay    string
 	snapshotID string
 	disks      int
-	// cwd is the default working directory of commands and user their
-	// default user (from a template; "" = root).
+	// env is the sandbox's env, which every command gets; cwd is the
+	// default working directory of commands and user their default user
+	// (from a template; "" = root).
+	env       map[string]string
 	cwd, user string
 	gone      chan struct{} // closed when the sandbox is deleted, paused or fails
 	// why says why gone was closed (ErrDeleted, ErrPaused or a failure).

@@ -329,7 +329,7 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 // newBox makes the box of a VM of sandbox rec, before the VM exists.
 func (m *Manager) newBox(ctx context.Context, rec store.Sandbox) *box {
 	e := m.reg.get(rec.ID)
-	return &box{id: rec.ID, dir: rec.Dir, log: m.log, gone: make(chan struct{}), dialing: make(chan struct{}, 1), meter: &e.meter, spawn: m.spawn,
+	return &box{id: rec.ID, dir: rec.Dir, env: rec.Env, log: m.log, gone: make(chan struct{}), dialing: make(chan struct{}, 1), meter: &e.meter, spawn: m.spawn,
 		limits: m.limits.of(ctx, rec.ID)}
 }
 

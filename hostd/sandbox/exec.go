@@ -16,7 +16,12 @@ import (
 
 // Execs runs commands in the manager's sandboxes: collected, streamed and
 // background exec sessions, their stdin, signals, terminals and timeouts.
-type Execs struct{ m *Manager }
+type Execs struct {
+	boxes    boxFinder
+	rec      *flight
+	timeouts *execTimeouts
+	metrics  Observer
+}
 
 // Exec runs req in sandbox id and calls emit for each event in order: start,
 // output as it is produced, exit. It returns nil after the exit event, or the
@@ -24,13 +29,13 @@ type Execs struct{ m *Manager }
 // ErrNotRunning if its VM died. A slow emit slows the command, not memory.
 // The command outlives a cancelled ctx; Attach reads on from any offset.
 func (x *Execs) Exec(ctx context.Context, id string, req ExecRequest, emit func(ExecEvent) error) error {
-	b, err := x.m.running(ctx, id)
+	b, err := x.boxes.running(ctx, id)
 	if err != nil {
 		return err
 	}
 	b.execs.Add(1)
 	defer b.execs.Add(-1)
-	defer x.m.opts.Metrics.Since("exec", time.Now())
+	defer x.metrics.Since("exec", time.Now())
 	ctx, cancel := b.bind(ctx)
 	defer cancel()
 	c, st, err := x.start(ctx, b, req, req.Collect && req.Stdin == nil && !req.Tty)
@@ -70,11 +75,7 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (
 	if req.Rows < 0 || req.Cols < 0 || req.Rows > 0xffff || req.Cols > 0xffff {
 		return nil, none, fmt.Errorf("%w: bad terminal size %dx%d", ErrInvalid, req.Rows, req.Cols)
 	}
-	rec, err := x.m.opts.Store.GetSandbox(ctx, b.id)
-	if err != nil {
-		return nil, none, err
-	}
-	env := maps.Clone(rec.Env)
+	env := maps.Clone(b.env)
 	if env == nil {
 		env = map[string]string{}
 	}
@@ -119,7 +120,7 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (
 func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd agentclient.Command, timeoutS int, wait bool) (agentclient.Started, error) {
 	timeout := time.Duration(timeoutS) * time.Second
 	began := time.Now()
-	t := x.m.rec.execStarted(ctx, b, execStart{argv: cmd.Argv, cwd: cmd.Cwd, env: cmd.Env, tty: cmd.Tty, id: cmd.ID, timeoutS: timeoutS})
+	t := x.rec.execStarted(ctx, b, execStart{argv: cmd.Argv, cwd: cmd.Cwd, env: cmd.Env, tty: cmd.Tty, id: cmd.ID, timeoutS: timeoutS})
 	var st agentclient.Started
 	var err error
 	if wait {
@@ -127,7 +128,7 @@ func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd a
 		if timeout > 0 {
 			w = min(w, timeout)
 		}
-		st, err = c.StartWait(ctx, cmd, w, x.m.rec.on())
+		st, err = c.StartWait(ctx, cmd, w, x.rec.on())
 	} else {
 		st.ID, err = c.Start(ctx, cmd)
 	}
@@ -135,7 +136,7 @@ func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd a
 	if err != nil {
 		st, rctx = agentclient.Started{ID: cmd.ID}, context.WithoutCancel(ctx)
 	}
-	x.m.rec.startDone(rctx, b, cmd.ID, t, st, err)
+	x.rec.startDone(rctx, b, cmd.ID, t, st, err)
 	if errors.Is(err, agentclient.ErrStart) {
 		return st, fmt.Errorf("%w: %v", ErrExecStart, err)
 	}
@@ -143,7 +144,7 @@ func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd a
 		fault.Point("exec:started")
 	}
 	if !st.Exited && timeout > 0 {
-		x.m.timeouts.arm(b.id, st.ID, max(timeout-time.Since(began), time.Millisecond))
+		x.timeouts.arm(b.id, st.ID, max(timeout-time.Since(began), time.Millisecond))
 	}
 	if err != nil {
 		return st, b.streamErr(err)
@@ -172,7 +173,7 @@ func (x *Execs) follow(ctx context.Context, b *box, c *agentclient.Client, execI
 
 // exited emits session execID's exit once the flight recorder holds its end.
 func (x *Execs) exited(ctx context.Context, b *box, execID string, exit agentclient.Exit, emit func(ExecEvent) error) error {
-	x.m.rec.waitEnd(ctx, b.id, execID)
+	x.rec.waitEnd(ctx, b.id, execID)
 	return emit(ExecEvent{Type: EventExit, ExitCode: exit.Code, Signal: exit.Signal})
 }
 
@@ -198,7 +199,7 @@ func (x *Execs) Signal(ctx context.Context, id, execID string, sig syscall.Signa
 // onSession calls fn with sandbox id's agent and maps a missing session to
 // ErrNotFound.
 func (x *Execs) onSession(ctx context.Context, id, execID string, fn func(*agentclient.Client) error) error {
-	b, err := x.m.live(ctx, id)
+	b, err := x.boxes.live(ctx, id)
 	if err != nil {
 		return err
 	}

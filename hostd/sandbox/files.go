@@ -31,7 +31,19 @@ func CheckPath(p string) error {
 
 // Files reads and writes the files of the manager's sandboxes through their
 // agents, recording each change made through it.
-type Files struct{ m *Manager }
+type Files struct {
+	boxes boxFinder
+	rec   *flight
+}
+
+// boxFinder finds the running VM of a sandbox for the services (the
+// Manager).
+type boxFinder interface {
+	// running returns sandbox id's running box, resuming it if it is
+	// paused; live returns it only if it runs.
+	running(ctx context.Context, id string) (*box, error)
+	live(ctx context.Context, id string) (*box, error)
+}
 
 // withAgent runs fn with the agent of running sandbox id, for path p.
 func (f *Files) withAgent(ctx context.Context, id string, paths []string, fn func(*agentclient.Client) error) error {
@@ -40,7 +52,7 @@ func (f *Files) withAgent(ctx context.Context, id string, paths []string, fn fun
 			return err
 		}
 	}
-	b, err := f.m.running(ctx, id)
+	b, err := f.boxes.running(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -88,7 +100,7 @@ func (f *Files) WriteFile(ctx context.Context, id, p string, mode fs.FileMode, r
 		return writeMkParents(ctx, c, p, mode, h)
 	})
 	if err == nil {
-		f.m.rec.file(ctx, id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
+		f.rec.file(ctx, id, recorder.FileData{Op: "written", Path: p, Size: h.n, SHA256: h.sum()})
 	}
 	return err
 }
@@ -121,7 +133,7 @@ func (f *Files) Stat(ctx context.Context, id, p string) (FileInfo, error) {
 func (f *Files) Mkdir(ctx context.Context, id, p string) error {
 	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Mkdir(ctx, p) })
 	if err == nil {
-		f.m.rec.file(ctx, id, recorder.FileData{Op: "created", Path: p, Dir: true})
+		f.rec.file(ctx, id, recorder.FileData{Op: "created", Path: p, Dir: true})
 	}
 	return err
 }
@@ -130,7 +142,7 @@ func (f *Files) Mkdir(ctx context.Context, id, p string) error {
 func (f *Files) Remove(ctx context.Context, id, p string, recursive bool) error {
 	err := f.withAgent(ctx, id, []string{p}, func(c *agentclient.Client) error { return c.Remove(ctx, p, recursive) })
 	if err == nil {
-		f.m.rec.file(ctx, id, recorder.FileData{Op: "deleted", Path: p})
+		f.rec.file(ctx, id, recorder.FileData{Op: "deleted", Path: p})
 	}
 	return err
 }
@@ -139,7 +151,7 @@ func (f *Files) Remove(ctx context.Context, id, p string, recursive bool) error 
 func (f *Files) Rename(ctx context.Context, id, from, to string) error {
 	err := f.withAgent(ctx, id, []string{from, to}, func(c *agentclient.Client) error { return c.Rename(ctx, from, to) })
 	if err == nil {
-		f.m.rec.file(ctx, id, recorder.FileData{Op: "renamed", Path: to, OldPath: from})
+		f.rec.file(ctx, id, recorder.FileData{Op: "renamed", Path: to, OldPath: from})
 	}
 	return err
 }

@@ -209,8 +209,10 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps, jail: jl}
-	m.warm = warm{m: m}
+	m.warm = warm{pools: &m.pools, store: opts.Store, nets: &m.nets, reg: &m.reg, vms: m, log: opts.Logger, spawn: m.spawn,
+		closing: m.closing, dataDir: opts.DataDir, bootTimeout: opts.BootTimeout, summary: opts.Recorder != nil}
 	m.bases = snapshot.NewBases(basesConfig(opts), opts.Store, snaps, opts.Logger)
+	m.warm.bases = m.bases
 	m.vmms = &vmms{backend: opts.Driver.Name(), cgroups: opts.Cgroups, nets: &m.nets, log: opts.Logger}
 	m.reaper = newReaper(opts, &m.reg, &m.pools, m.vmms)
 	m.timeouts = &execTimeouts{reg: &m.reg, log: opts.Logger, spawn: m.spawn}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
@@ -141,64 +142,98 @@ func (p *pool) fill(on bool) bool {
 	return true
 }
 
-// warm fills, drains and claims from the templates' warm pools on behalf
-// of its manager.
-type warm struct{ m *Manager }
+// warm fills, drains and claims from the templates' and the base
+// snapshot's warm pools. It makes and ends their VMs through vms (the
+// manager).
+type warm struct {
+	pools   *pools
+	store   poolStore
+	nets    *networks
+	reg     *registry
+	bases   *snapshot.Bases
+	vms     poolVMs
+	log     *slog.Logger
+	spawn   func(func()) bool
+	closing func() bool
+	// dataDir holds the sandboxes' directories; bootTimeout bounds a pool
+	// VM's agent connection; summary is whether guests report exit
+	// summaries (the flight recorder is on).
+	dataDir     string
+	bootTimeout time.Duration
+	summary     bool
+}
+
+// poolStore is the persistence the warm pools use.
+type poolStore interface {
+	PutSandbox(ctx context.Context, sb store.Sandbox) error
+	DeleteSandbox(ctx context.Context, id string) error
+	GetTemplate(ctx context.Context, name string) (store.Template, error)
+	GetSnapshot(ctx context.Context, id string) (store.Snapshot, error)
+	ListTemplates(ctx context.Context) ([]store.Template, error)
+}
+
+// poolVMs makes and ends the pools' VMs (the Manager).
+type poolVMs interface {
+	restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*box, error)
+	wake(ctx context.Context, b *box, identity bool) error
+	teardown(b *box, why error)
+}
 
 // claim takes a warm sandbox of opts.Template, if one is ready, and wakes
 // it as a new sandbox. The pool refills in the background.
 func (w *warm) claim(ctx context.Context, name string, opts CreateOptions) (*box, store.Sandbox, bool) {
-	p := w.m.pools.of(name)
+	p := w.pools.of(name)
 	defer w.refillLater(name)
 	for {
 		e, ok := p.take()
 		if !ok {
 			return nil, store.Sandbox{}, false
 		}
-		ph := newPhases(w.m.log, e.b.id, "claim")
+		ph := newPhases(w.log, e.b.id, "claim")
 		e.rec.Env, e.rec.Metadata, e.rec.TimeoutS, e.rec.CreatedAt = opts.Env, opts.Metadata, opts.TimeoutS, time.Now().UTC()
-		if err := w.m.opts.Store.PutSandbox(ctx, e.rec); err != nil {
+		e.b.env = opts.Env
+		if err := w.store.PutSandbox(ctx, e.rec); err != nil {
 			w.discard(e)
 			return nil, store.Sandbox{}, false
 		}
 		ph.done("record")
-		if err := w.m.nets.claim(ctx, e.b.id, opts.Network); err != nil {
-			w.m.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
+		if err := w.nets.claim(ctx, e.b.id, opts.Network); err != nil {
+			w.log.Warn("warm sandbox cannot take the policy; booting instead", "sandbox_id", e.b.id, "err", err)
 			p.put(e, true)
-			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
+			_ = w.store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			return nil, store.Sandbox{}, false
 		}
 		ph.done("policy")
 		err := e.b.foreground()
 		if err == nil {
-			err = w.m.wake(ctx, e.b, true)
+			err = w.vms.wake(ctx, e.b, true)
 		}
 		if err != nil {
-			w.m.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
+			w.log.Warn("warm sandbox did not wake; trying another", "sandbox_id", e.b.id, "err", err)
 			w.discard(e)
-			_ = w.m.opts.Store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
+			_ = w.store.DeleteSandbox(context.WithoutCancel(ctx), e.b.id)
 			continue
 		}
-		w.m.log.Info("warm sandbox claimed", "sandbox_id", e.b.id, "pool", name)
+		w.log.Info("warm sandbox claimed", "sandbox_id", e.b.id, "pool", name)
 		return e.b, e.rec, true
 	}
 }
 
 func (w *warm) discard(e poolEntry) {
-	w.m.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
-	w.m.reg.remove(e.b.id)
+	w.vms.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
+	w.reg.remove(e.b.id)
 }
 
-func (w *warm) refillLater(name string) { w.m.spawn(func() { w.refill(context.Background(), name) }) }
+func (w *warm) refillLater(name string) { w.spawn(func() { w.refill(context.Background(), name) }) }
 
 // refill restores sandboxes into a template's pool until it holds its size.
 func (w *warm) refill(ctx context.Context, name string) {
-	p := w.m.pools.of(name)
+	p := w.pools.of(name)
 	if !p.fill(true) {
 		return
 	}
 	defer p.fill(false)
-	for !w.m.closing() {
+	for !w.closing() {
 		sn, size, err := w.source(ctx, name)
 		if err != nil {
 			return // deleted
@@ -208,30 +243,30 @@ func (w *warm) refill(ctx context.Context, name string) {
 		}
 		id := newSandboxID()
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
-			Dir: filepath.Join(w.m.opts.DataDir, "sandboxes", id)}
+			Dir: filepath.Join(w.dataDir, "sandboxes", id)}
 		var b *box
 		p.setRestoring(id)
-		err = w.m.nets.attach(ctx, id, w.m.nets.defaults())
+		err = w.nets.attach(ctx, id, w.nets.defaults())
 		if err == nil {
-			b, err = w.m.restore(ctx, rec, snapshot.From{Snapshot: sn}, false, func() error { return nil })
+			b, err = w.vms.restore(ctx, rec, snapshot.From{Snapshot: sn}, false, func() error { return nil })
 		}
 		if err == nil {
 			err = w.prewarm(ctx, b)
 		}
 		if err != nil {
-			w.m.log.Error("pool: restore", "template", name, "err", err)
+			w.log.Error("pool: restore", "template", name, "err", err)
 			if b != nil && b.vm != nil {
-				w.m.teardown(b, err)
+				w.vms.teardown(b, err)
 			}
-			w.m.nets.detach(id)
-			w.m.reg.remove(id)
-			removeDir(rec.Dir, w.m.log)
+			w.nets.detach(id)
+			w.reg.remove(id)
+			removeDir(rec.Dir, w.log)
 			p.setRestoring("")
 			return
 		}
 		p.put(poolEntry{b: b, rec: rec}, false)
 		p.setRestoring("")
-		if w.m.closing() {
+		if w.closing() {
 			w.drainPool(name)
 		}
 	}
@@ -240,19 +275,19 @@ func (w *warm) refill(ctx context.Context, name string) {
 // source is the snapshot that pool name restores and the pool's size: a
 // template's, or a base snapshot's (base.go).
 func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, error) {
-	if sn, size, found, ok := w.m.bases.PoolSource(ctx, name); ok {
+	if sn, size, found, ok := w.bases.PoolSource(ctx, name); ok {
 		if !found {
 			return sn, 0, store.ErrNotFound
 		}
 		return sn, size, nil
 	}
-	t, err := w.m.opts.Store.GetTemplate(ctx, name)
+	t, err := w.store.GetTemplate(ctx, name)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
-	sn, err := w.m.opts.Store.GetSnapshot(ctx, t.SnapshotID)
+	sn, err := w.store.GetSnapshot(ctx, t.SnapshotID)
 	if err != nil {
-		w.m.log.Error("pool: template snapshot", "template", name, "err", err)
+		w.log.Error("pool: template snapshot", "template", name, "err", err)
 	}
 	return sn, t.PoolSize, err
 }
@@ -266,7 +301,7 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
 	}
-	if err := b.Reconnect(ctx, w.m.opts.BootTimeout, health); err != nil {
+	if err := b.Reconnect(ctx, w.bootTimeout, health); err != nil {
 		return err
 	}
 	c, err := b.client(ctx)
@@ -276,7 +311,7 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 	if err := snapshot.Freshen(ctx, c, b.id, true); err != nil {
 		return err
 	}
-	if err := snapshot.WarmExecs(ctx, c, w.m.rec.on(), snapshot.WarmRuns); err != nil {
+	if err := snapshot.WarmExecs(ctx, c, w.summary, snapshot.WarmRuns); err != nil {
 		return err
 	}
 	return b.vm.Pause(ctx)
@@ -284,7 +319,20 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 
 // Templates serves the manager's templates: named snapshots, each with a
 // warm pool of paused sandboxes that creates claim.
-type Templates struct{ m *Manager }
+type Templates struct {
+	store templateStore
+	pools *pools
+	warm  *warm
+}
+
+// templateStore is the persistence of templates.
+type templateStore interface {
+	GetSnapshot(ctx context.Context, id string) (store.Snapshot, error)
+	PutTemplate(ctx context.Context, t store.Template) error
+	GetTemplate(ctx context.Context, name string) (store.Template, error)
+	ListTemplates(ctx context.Context) ([]store.Template, error)
+	DeleteTemplate(ctx context.Context, name string) error
+}
 
 // CreateTemplate names a snapshot as a template with a warm pool of
 // poolSize paused sandboxes (0 keeps none).
@@ -292,33 +340,33 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 	if name == "" || poolSize < 0 || poolSize > MaxPoolSize {
 		return TemplateInfo{}, fmt.Errorf("%w: a template needs a name and a pool size of 0..%d", ErrInvalid, MaxPoolSize)
 	}
-	if _, err := tm.m.opts.Store.GetSnapshot(ctx, snapshotID); err != nil {
+	if _, err := tm.store.GetSnapshot(ctx, snapshotID); err != nil {
 		return TemplateInfo{}, notFound(err, snapshotID)
 	}
 	t := store.Template{Name: name, SnapshotID: snapshotID, PoolSize: poolSize, CreatedAt: time.Now().UTC()}
-	if err := tm.m.opts.Store.PutTemplate(ctx, t); err != nil {
+	if err := tm.store.PutTemplate(ctx, t); err != nil {
 		return TemplateInfo{}, err
 	}
-	tm.m.warm.drainPool(name) // a replaced template's warm sandboxes are stale
-	tm.m.warm.refillLater(name)
+	tm.warm.drainPool(name) // a replaced template's warm sandboxes are stale
+	tm.warm.refillLater(name)
 	return tm.templateInfo(t), nil
 }
 
 // drainPool ends a template's warm sandboxes.
 func (w *warm) drainPool(name string) {
-	for _, e := range w.m.pools.of(name).drain() {
+	for _, e := range w.pools.of(name).drain() {
 		w.discard(e)
 	}
 }
 
 func (tm *Templates) templateInfo(t store.Template) TemplateInfo {
-	n := tm.m.pools.of(t.Name).size()
+	n := tm.pools.of(t.Name).size()
 	return TemplateInfo{Name: t.Name, SnapshotID: t.SnapshotID, PoolSize: t.PoolSize, PoolReady: n, CreatedAt: t.CreatedAt}
 }
 
 // GetTemplate describes a template.
 func (tm *Templates) GetTemplate(ctx context.Context, name string) (TemplateInfo, error) {
-	t, err := tm.m.opts.Store.GetTemplate(ctx, name)
+	t, err := tm.store.GetTemplate(ctx, name)
 	if err != nil {
 		return TemplateInfo{}, notFound(err, name)
 	}
@@ -327,7 +375,7 @@ func (tm *Templates) GetTemplate(ctx context.Context, name string) (TemplateInfo
 
 // ListTemplates describes every template.
 func (tm *Templates) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
-	ts, err := tm.m.opts.Store.ListTemplates(ctx)
+	ts, err := tm.store.ListTemplates(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -340,28 +388,28 @@ func (tm *Templates) ListTemplates(ctx context.Context) ([]TemplateInfo, error) 
 
 // DeleteTemplate removes a template and its warm pool (not its snapshot).
 func (tm *Templates) DeleteTemplate(ctx context.Context, name string) error {
-	if _, err := tm.m.opts.Store.GetTemplate(ctx, name); err != nil {
+	if _, err := tm.store.GetTemplate(ctx, name); err != nil {
 		return notFound(err, name)
 	}
-	if err := tm.m.opts.Store.DeleteTemplate(ctx, name); err != nil {
+	if err := tm.store.DeleteTemplate(ctx, name); err != nil {
 		return err
 	}
-	tm.m.warm.drainPool(name)
+	tm.warm.drainPool(name)
 	return nil
 }
 
 // startPools fills every template's pool (at start).
 func (w *warm) startPools(ctx context.Context) error {
-	ts, err := w.m.opts.Store.ListTemplates(ctx)
+	ts, err := w.store.ListTemplates(ctx)
 	if err != nil {
 		return err
 	}
 	for _, t := range ts {
 		w.refillLater(t.Name)
 	}
-	pool, err := w.m.bases.DefaultPool(ctx)
+	pool, err := w.bases.DefaultPool(ctx)
 	if err != nil {
-		w.m.log.Warn("base snapshot pool", "err", err)
+		w.log.Warn("base snapshot pool", "err", err)
 	}
 	if pool != "" {
 		w.refillLater(pool)
@@ -371,7 +419,7 @@ func (w *warm) startPools(ctx context.Context) error {
 
 // stopPools ends every warm sandbox (at stop).
 func (w *warm) stopPools() {
-	for n := range w.m.pools.all() {
+	for n := range w.pools.all() {
 		w.drainPool(n)
 	}
 }

@@ -44,5 +44,9 @@ func (s *Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Service returns m with its exec and files services.
 func (m *Manager) Service() Service {
-	return Service{Manager: m, Execs: &Execs{m: m}, Files: &Files{m: m}, Templates: &Templates{m: m}, Snapshots: &Snapshots{snaps: m.snaps}}
+	return Service{Manager: m,
+		Execs:     &Execs{boxes: m, rec: &m.rec, timeouts: m.timeouts, metrics: m.opts.Metrics},
+		Files:     &Files{boxes: m, rec: &m.rec},
+		Templates: &Templates{store: m.opts.Store, pools: &m.pools, warm: &m.warm},
+		Snapshots: &Snapshots{snaps: m.snaps}}
 }

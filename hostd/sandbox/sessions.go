@@ -27,7 +27,7 @@ type Session struct {
 // (a background command). Its stdin, if given, is written (and, without a
 // terminal, closed). Read its output with Attach.
 func (x *Execs) StartExec(ctx context.Context, id string, req ExecRequest) (string, error) {
-	b, err := x.m.running(ctx, id)
+	b, err := x.boxes.running(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -42,7 +42,7 @@ func (x *Execs) StartExec(ctx context.Context, id string, req ExecRequest) (stri
 // keeps the last 4 MiB) is skipped; the first event's Offset shows where
 // reading resumed.
 func (x *Execs) Attach(ctx context.Context, id, execID string, offset uint64, emit func(ExecEvent) error) error {
-	b, err := x.m.running(ctx, id)
+	b, err := x.boxes.running(ctx, id)
 	if err != nil {
 		return err
 	}
