@@ -41,6 +41,8 @@ var Rules = []Rule{
 		Why: "the snapshot engine is driven through narrow interfaces, not hostd"},
 	{From: "client", Not: []string{"hostd", "vmm", "guestinit", "agent", "snapshot", "disk"},
 		Why: "the clients speak HTTP only"},
+	{From: "apitypes", Not: []string{"hostd", "client", "vmm", "guestinit", "agent", "snapshot", "disk"}, Tests: true,
+		Why: "the API's types are shared by the server and the client and depend on neither"},
 }
 
 // Graph maps an import path to the import paths it depends on.
