@@ -55,12 +55,12 @@ tools:
 	go build -o $(TOOLBIN)/ tool
 
 generate: tools
-	PATH=$(TOOLBIN):$$PATH go generate ./proto/... ./hostd/api/... ./client/... ./vmm/cloudhypervisor/...
+	PATH=$(TOOLBIN):$$PATH go generate ./proto/... ./apitypes/... ./hostd/api/... ./client/... ./vmm/cloudhypervisor/...
 
 # CI: regenerating must not change any checked-in file.
 check-generate: generate
-	@git diff --exit-code -- proto hostd/api client vmm/cloudhypervisor || { echo "generated code is stale: run make generate" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- proto hostd/api client vmm/cloudhypervisor)" || { git status --porcelain; echo "make generate left new files" >&2; exit 1; }
+	@git diff --exit-code -- proto apitypes hostd/api client vmm/cloudhypervisor || { echo "generated code is stale: run make generate" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- proto apitypes hostd/api client vmm/cloudhypervisor)" || { git status --porcelain; echo "make generate left new files" >&2; exit 1; }
 
 # test: unit tests (with the fuzz seed corpora), real VMs, then a short
 # fuzzing pass of every target (mk/fuzz.mk) and a short soak of every part,

@@ -38,10 +38,6 @@ func (c *Client) Attach(ctx context.Context, id, execID string, offset int64, fn
 	return readEvents(resp.Body, fn)
 }
 
-// End returns the offset just after an output event's data: where to
-// re-attach to read on.
-func (e ExecEvent) End() int64 { return e.Offset + int64(len(e.Data)) }
-
 // PortAccess describes the service URLs of a sandbox's TCP port and the
 // sandbox's access token.
 func (c *Client) PortAccess(ctx context.Context, id string, port int) (PortAccess, error) {

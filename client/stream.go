@@ -68,15 +68,3 @@ func readEvents(r io.Reader, fn func(Event) error) error {
 	}
 	return fmt.Errorf("client: exec stream ended before exit: %w", io.ErrUnexpectedEOF)
 }
-
-// ExitStatus returns an exit event's exit code (-1 when killed by a
-// signal) and the name of the signal that killed the command, if any.
-func (e ExecEvent) ExitStatus() (code int, signal string) {
-	if e.ExitCode != nil {
-		code = *e.ExitCode
-	}
-	if e.Signal != nil {
-		signal = *e.Signal
-	}
-	return code, signal
-}

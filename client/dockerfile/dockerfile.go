@@ -42,22 +42,16 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/agentbox/agentbox/client/blueprint"
+	"github.com/agentbox/agentbox/images/imageconfig"
 )
 
 // ConfigFile is the guest file where a build records the Dockerfile's
 // config (USER, CMD, ENTRYPOINT, EXPOSE, LABEL, and the ENV and WORKDIR).
-const ConfigFile = "/etc/agentbox/dockerfile-config.json"
+const ConfigFile = imageconfig.GuestFile
 
-// Config is what a Dockerfile sets for its template's sandboxes.
-type Config struct {
-	Env          map[string]string `json:"env,omitempty"`
-	WorkingDir   string            `json:"working_dir,omitempty"`
-	User         string            `json:"user,omitempty"`
-	Entrypoint   []string          `json:"entrypoint,omitempty"`
-	Cmd          []string          `json:"cmd,omitempty"`
-	ExposedPorts []string          `json:"exposed_ports,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
-}
+// Config is what a Dockerfile sets for its template's sandboxes (the
+// image config that hostd also reads, so it lives in images/imageconfig).
+type Config = imageconfig.Config
 
 // File is a parsed Dockerfile of one stage.
 type File struct {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/imagetemplate"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/images/imageconfig"
 	"github.com/agentbox/agentbox/images/oci"
 )
 
@@ -15,7 +16,7 @@ import (
 // (*imagetemplate.Builder); nil answers image builds with 501.
 type ImageTemplates interface {
 	Build(ctx context.Context, req imagetemplate.Request, progress func(oci.Progress)) (imagetemplate.Result, error)
-	Image(ctx context.Context, name string) (store.TemplateImage, oci.Config, error)
+	Image(ctx context.Context, name string) (store.TemplateImage, imageconfig.Config, error)
 	// KernelOf is the own kernel of a template's snapshot (nil: hostd's).
 	KernelOf(ctx context.Context, snapshotID string) (*imagetemplate.Kernel, error)
 }
@@ -68,7 +69,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, req Creat
 	send(TemplateBuildEvent{Type: TemplateBuildEventTypeDone, Template: &t})
 }
 
-func toTemplateImage(ti store.TemplateImage, c oci.Config) *TemplateImage {
+func toTemplateImage(ti store.TemplateImage, c imageconfig.Config) *TemplateImage {
 	out := &TemplateImage{Ref: ti.Ref, Digest: ti.Digest, WorkingDir: &c.WorkingDir, User: &c.User}
 	if c.Env != nil {
 		out.Env = &c.Env

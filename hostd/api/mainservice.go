@@ -9,9 +9,9 @@ import (
 	"io/fs"
 	"slices"
 
-	"github.com/agentbox/agentbox/client/dockerfile"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/images/imageconfig"
 )
 
 // maxGuestConfig bounds the Dockerfile config read back from a guest.
@@ -20,7 +20,7 @@ const maxGuestConfig = 64 << 10
 // mainCommand is the command a create with start runs: the Entrypoint and
 // Cmd of the image that template name was built from. A template that was
 // not built from an image may be a Dockerfile's, whose build recorded them
-// in the guest (dockerfile.ConfigFile): then inGuest is true, and
+// in the guest (imageconfig.GuestFile): then inGuest is true, and
 // guestMainCommand reads them once the sandbox runs.
 func (s *server) mainCommand(ctx context.Context, template string) (argv []string, inGuest bool, err error) {
 	if template == "" {
@@ -57,7 +57,7 @@ func (s *server) guestMainCommand(ctx context.Context, id, template string) ([]s
 }
 
 func (s *server) readGuestMain(ctx context.Context, id, template string) ([]string, error) {
-	rc, err := s.m.ReadFile(ctx, id, dockerfile.ConfigFile)
+	rc, err := s.m.ReadFile(ctx, id, imageconfig.GuestFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, badRequest(CodeInvalidRequest, "start: template %s was built neither from an image nor from a Dockerfile, so it has no Entrypoint or Cmd", template)
 	}
@@ -69,7 +69,7 @@ func (s *server) readGuestMain(ctx context.Context, id, template string) ([]stri
 	if err != nil {
 		return nil, err
 	}
-	var cfg dockerfile.Config
+	var cfg imageconfig.Config
 	if len(b) > maxGuestConfig {
 		err = fmt.Errorf("larger than %d bytes", maxGuestConfig)
 	} else {

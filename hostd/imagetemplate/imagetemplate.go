@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/images/imageconfig"
 	"github.com/agentbox/agentbox/images/oci"
 )
 
@@ -80,14 +81,14 @@ type Request struct {
 type Result struct {
 	Template sandbox.TemplateInfo
 	Image    store.TemplateImage
-	Config   oci.Config
+	Config   imageconfig.Config
 	Kernel   *Kernel // nil: hostd's
 }
 
 // record is what a template image record's config holds: the image's
 // config and the template's own kernel, if any.
 type record struct {
-	oci.Config
+	imageconfig.Config
 	Kernel *Kernel `json:"kernel,omitempty"`
 }
 
@@ -196,10 +197,10 @@ func registryOf(ref string) (string, error) {
 
 // Image returns template name's image record and config, or an error
 // wrapping store.ErrNotFound.
-func (b *Builder) Image(ctx context.Context, name string) (store.TemplateImage, oci.Config, error) {
+func (b *Builder) Image(ctx context.Context, name string) (store.TemplateImage, imageconfig.Config, error) {
 	ti, err := b.Store.GetTemplateImage(ctx, name)
 	if err != nil {
-		return ti, oci.Config{}, err
+		return ti, imageconfig.Config{}, err
 	}
 	var rec record
 	err = json.Unmarshal(ti.Config, &rec)

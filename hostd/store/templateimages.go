@@ -20,7 +20,7 @@ const templateImagesSchema = `CREATE TABLE template_images (
 
 // TemplateImage records the OCI image a template was built from: its
 // reference, config digest, the qcow2 base made of it and the parts of its
-// config that sandboxes honour (as JSON, images/oci.Config).
+// config that sandboxes honour (as JSON, images/imageconfig.Config).
 type TemplateImage struct {
 	Name       string
 	SnapshotID string

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/agentbox/agentbox/images/imageconfig"
 )
 
 // DefaultFreeMiB is the free space of a base's filesystem by default.
@@ -26,9 +28,9 @@ type Base struct {
 	// Path is the qcow2 file.
 	Path string `json:"-"`
 	// Digest is the image's config digest (its id), the cache key.
-	Digest string `json:"digest"`
-	Ref    string `json:"ref"`
-	Config Config `json:"config"`
+	Digest string             `json:"digest"`
+	Ref    string             `json:"ref"`
+	Config imageconfig.Config `json:"config"`
 	// SizeMiB is the filesystem's size.
 	SizeMiB int64 `json:"size_mib"`
 	// Cached says the base was already made.

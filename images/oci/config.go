@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/agentbox/agentbox/images/imageconfig"
 )
 
 // Phases of a template build from an image, as progress reports them.
@@ -21,23 +23,10 @@ type Progress struct {
 	Current, Total int64
 }
 
-// Config is what a template keeps of an image's config.
-type Config struct {
-	// Env is the image's environment as a map (later entries win).
-	Env        map[string]string `json:"env,omitempty"`
-	WorkingDir string            `json:"working_dir,omitempty"`
-	// User is the image's default user ("name", "uid", "uid:gid"...).
-	User       string   `json:"user,omitempty"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	// ExposedPorts are sorted ("8080/tcp").
-	ExposedPorts []string `json:"exposed_ports,omitempty"`
-}
-
-// ConfigOf extracts a template's Config from an image config.
-func ConfigOf(cf *v1.ConfigFile) Config {
+// ConfigOf extracts what a template keeps of an image config.
+func ConfigOf(cf *v1.ConfigFile) imageconfig.Config {
 	c := cf.Config
-	out := Config{WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
+	out := imageconfig.Config{WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
 	for _, kv := range c.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {

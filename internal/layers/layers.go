@@ -16,6 +16,7 @@ const Module = "github.com/agentbox/agentbox"
 // Rule forbids packages under From (with their tests when Tests is set)
 // to depend, directly or not, on anything under one of Not.
 type Rule struct {
+	// From is a directory of the module ("" is all of it).
 	From  string
 	Not   []string
 	Tests bool
@@ -23,6 +24,29 @@ type Rule struct {
 	// rule does not check.
 	Except []string
 	Why    string
+}
+
+// TestKits are the packages made for tests: fakes, servers, helpers and
+// suites that tests share. Only tests import them (the last of Rules): the
+// _test.go files, other kits, and the ci/ programs that measure and soak a
+// real hostd and are not shipped (ci/bench runs the fake driver's floors and
+// the egress and S3 upstreams of nettest and s3test; ci/soak looks for
+// leaks with leakcheck). A package whose name ends in "test", or whose
+// non-test files import testing, is a kit and must be listed here
+// (TestTestKitsListed).
+var TestKits = []string{
+	"hostd/api/apitest",
+	"hostd/api/blueprinttest",
+	"hostd/sandbox/sandboxtest",
+	"internal/deptest",
+	"internal/gittest",
+	"internal/hostdtest",
+	"internal/leakcheck",
+	"internal/nettest",
+	"internal/s3test",
+	"internal/testwheel",
+	"sdk/sdktest",
+	"vmm/vmmtest",
 }
 
 // Rules are the project's layering rules, as paths relative to Module.
@@ -41,14 +65,24 @@ var Rules = []Rule{
 		Why: "the snapshot engine is driven through narrow interfaces, not hostd"},
 	{From: "client", Not: []string{"hostd", "vmm", "guestinit", "agent", "snapshot", "disk"},
 		Why: "the clients speak HTTP only"},
+	{From: "apitypes", Not: []string{"hostd", "client", "vmm", "guestinit", "agent", "snapshot", "disk"}, Tests: true,
+		Why: "the API's types are shared by the server and the client and depend on neither"},
+	{From: "hostd", Not: []string{"client"},
+		Why: "hostd serves the API and does not link its client: what they share is in apitypes and images/imageconfig (hostd's tests drive it with the client)"},
+	{From: "", Not: TestKits, Except: append(slices.Clone(TestKits), "ci/bench", "ci/soak"),
+		Why: "test kits are imported from _test.go files only (and by other kits, ci/bench and ci/soak)"},
 }
 
 // Graph maps an import path to the import paths it depends on.
 type Graph map[string][]string
 
-// under reports whether pkg is rel or a package below it.
+// under reports whether pkg is rel or a package below it; every package
+// of the module is under "".
 func under(pkg, rel string) bool {
-	p := Module + "/" + rel
+	p := Module
+	if rel != "" {
+		p += "/" + rel
+	}
 	return pkg == p || strings.HasPrefix(pkg, p+"/")
 }
 

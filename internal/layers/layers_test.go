@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,7 +14,14 @@ import (
 // or without each package's test imports.
 func goList(t *testing.T, tests bool) Graph {
 	t.Helper()
-	args := []string{"list", "-f", "{{.ImportPath}}\t{{join .Deps \" \"}}"}
+	return goListField(t, "Deps", tests)
+}
+
+// goListField returns field (Deps or Imports) of every package in the
+// module, with or without each package's tests.
+func goListField(t *testing.T, field string, tests bool) Graph {
+	t.Helper()
+	args := []string{"list", "-f", "{{.ImportPath}}\t{{join ." + field + " \" \"}}"}
 	if tests {
 		args = append(args, "-test")
 	}
@@ -53,23 +62,30 @@ func TestLayering(t *testing.T) {
 func TestCheckFindsPlantedViolation(t *testing.T) {
 	m := func(s string) string { return Module + "/" + s }
 	deps := Graph{
-		m("guestinit"):     {m("agent/channel"), "fmt"},
-		m("client"):        {m("hostd/sandbox")},
-		m("vmm/qemu"):      {m("agent/channel")},
-		m("clientele"):     {m("hostd/api")}, // not under client/
-		m("vmm/vmmtest"):   {m("agent/agentclient")},
-		m("agent/channel"): {"net"},
-		m("cmd/guestinit"): {m("guestinit")},
+		m("guestinit"):               {m("agent/channel"), "fmt"},
+		m("client"):                  {m("hostd/sandbox")},
+		m("vmm/qemu"):                {m("agent/channel")},
+		m("clientele"):               {m("hostd/api")}, // not under client/
+		m("vmm/vmmtest"):             {m("agent/agentclient")},
+		m("agent/channel"):           {"net"},
+		m("cmd/guestinit"):           {m("guestinit")},
+		m("hostd/api"):               {m("client/dockerfile")},
+		m("hostd/api/blueprinttest"): {m("hostd/api/apitest")}, // a kit may use a kit
+		m("ci/bench"):                {m("vmm/vmmtest")},
+		m("hostd/sandbox"):           {m("vmm/vmmtest")},
 	}
 	test := Graph{}
 	for k, v := range deps {
 		test[k] = v
 	}
 	test[m("guestinit")] = append(test[m("guestinit")], m("vmm"))
+	test[m("hostd")] = []string{m("client"), m("internal/hostdtest")} // tests may
 	got := Check(Rules, deps, test)
 	want := []string{
 		m("guestinit") + " reaches " + m("vmm") + ": the guest imports nothing of the host",
 		m("client") + " reaches " + m("hostd/sandbox") + ": the clients speak HTTP only",
+		m("hostd/api") + " reaches " + m("client/dockerfile") + ": hostd serves the API and does not link its client: what they share is in apitypes and images/imageconfig (hostd's tests drive it with the client)",
+		m("hostd/sandbox") + " reaches " + m("vmm/vmmtest") + ": test kits are imported from _test.go files only (and by other kits, ci/bench and ci/soak)",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %q, want %q", got, want)
@@ -87,6 +103,33 @@ func TestVMMStandardLibraryOnly(t *testing.T) {
 	for _, d := range goList(t, false)[Module+"/vmm"] {
 		if first, _, _ := strings.Cut(d, "/"); strings.Contains(first, ".") {
 			t.Errorf("vmm depends on %s", d)
+		}
+	}
+}
+
+// TestTestKitsListed keeps TestKits complete: a package named like a kit
+// ("...test") or importing testing outside its tests is a kit, so the rule
+// that only tests import kits covers it; and every listed kit exists.
+func TestTestKitsListed(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	imports := goListField(t, "Imports", false)
+	for _, pkg := range sortedKeys(imports) {
+		rel := strings.TrimPrefix(pkg, Module+"/")
+		if slices.Contains(TestKits, rel) {
+			continue
+		}
+		if strings.HasSuffix(path.Base(rel), "test") {
+			t.Errorf("%s is named like a test kit: list it in TestKits (or rename it)", rel)
+		}
+		if slices.Contains(imports[pkg], "testing") {
+			t.Errorf("%s imports testing outside its tests: a test kit belongs in TestKits", rel)
+		}
+	}
+	for _, kit := range TestKits {
+		if _, ok := imports[Module+"/"+kit]; !ok {
+			t.Errorf("TestKits lists %s, which is not a package of the module", kit)
 		}
 	}
 }
