@@ -163,7 +163,7 @@ const adoptAttempt = 15 * time.Second
 // reattach serves sandbox id's namespace again (readopt). The entry's NIC
 // is nil: the tap is the VMM's alone now, so a pause of this VM drops the
 // namespace and the resume makes a new one (dropReattached).
-func (n *networks) reattach(ctx context.Context, id string) error {
+func (n *netAttachments) reattach(ctx context.Context, id string) error {
 	ra, ok := n.net.(netReattacher)
 	if !ok {
 		return nil
@@ -185,7 +185,7 @@ func (n *networks) reattach(ctx context.Context, id string) error {
 // dropReattached removes the network of sandbox id, whose VM has just
 // stopped, if it was re-attached without its tap: the next VM needs a new
 // one.
-func (n *networks) dropReattached(id string) {
+func (n *netAttachments) dropReattached(id string) {
 	if n.net == nil {
 		return
 	}
@@ -199,7 +199,7 @@ func (n *networks) dropReattached(id string) {
 }
 
 // release lets go of sandbox id's network and leaves it for the next hostd.
-func (n *networks) release(id string) {
+func (n *netAttachments) release(id string) {
 	if ra, ok := n.net.(netReattacher); ok {
 		ra.Release(id)
 	}

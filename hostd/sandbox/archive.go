@@ -57,7 +57,7 @@ func (c *readCount) Read(p []byte) (int, error) {
 
 // guestTree is a guest directory as an archive.Sink and archive.Source.
 type guestTree struct {
-	rec *flight
+	rec *recorderFeed
 	id  string
 	c   *agentclient.Client
 	dir string

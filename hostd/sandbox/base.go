@@ -45,7 +45,7 @@ func (m *Manager) basePlan(ctx context.Context, opts CreateOptions) snapshot.Bas
 // The bad one is set aside for this hostd's later creates, and removed
 // when nothing uses it. A create whose own time ran out just fails.
 func (m *Manager) bootAfterBadBase(ctx context.Context, rec store.Sandbox, opts CreateOptions, sn store.Snapshot,
-	b *box, rerr error, netReady func() error) (*box, error) {
+	b *runningVM, rerr error, netReady func() error) (*runningVM, error) {
 	if ctx.Err() != nil {
 		return b, rerr
 	}
@@ -73,7 +73,7 @@ func (m *Manager) bootAfterBadBase(ctx context.Context, rec store.Sandbox, opts 
 
 // captureBase makes freshly booted b the base snapshot of key and fills
 // key's warm pool, if it has one; a failed capture ends b.
-func (m *Manager) captureBase(ctx context.Context, b *box, rec store.Sandbox, key string) error {
+func (m *Manager) captureBase(ctx context.Context, b *runningVM, rec store.Sandbox, key string) error {
 	err := func() error {
 		c, err := b.client(ctx)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 const clockResync = time.Minute
 
 // setClock sets b's guest clock to the host's.
-func setClock(ctx context.Context, b *box) error {
+func setClock(ctx context.Context, b *runningVM) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := b.client(ctx)
@@ -27,7 +27,7 @@ func setClock(ctx context.Context, b *box) error {
 }
 
 // keepClock sets the guest clock every clockResync until b goes.
-func (b *box) keepClock() {
+func (b *runningVM) keepClock() {
 	b.every(clockResync, func() {
 		if err := setClock(context.Background(), b); err != nil {
 			b.log.Debug("guest clock", "sandbox_id", b.id, "err", err)

@@ -23,7 +23,7 @@ const (
 )
 
 // capConsole rotates the console log at path until b goes.
-func (b *box) capConsole(path string) {
+func (b *runningVM) capConsole(path string) {
 	b.every(consoleCheck, func() {
 		if _, err := rotateConsole(path, consoleMax); err != nil {
 			b.log.Warn("console log rotation", "sandbox_id", b.id, "err", err)

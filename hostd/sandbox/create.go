@@ -223,10 +223,10 @@ func newSandboxID() string {
 
 // start makes sandbox rec's network, disk and VM (restoring src, or booting
 // and, for plan.Capture, capturing the base snapshot) and serves its mounts.
-func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptions, src *store.Snapshot, plan snapshot.BasePlan) (*box, error) {
+func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptions, src *store.Snapshot, plan snapshot.BasePlan) (*runningVM, error) {
 	id := rec.ID
 	var err error
-	var b *box
+	var b *runningVM
 	// The network (namespace, tap, nftables, proxy) is made while the disk
 	// is: boot and restore wait for it only to configure the VM.
 	netDone := make(chan error, 1)
@@ -270,7 +270,7 @@ func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptio
 // boot makes the sandbox's disk on opts.BaseImage ("" for hostd's base
 // image), starts its VM (on opts.Kernel and Initramfs, if set) and
 // connects its agent, in named steps.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions, netReady func() error) (*box, error) {
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOptions, netReady func() error) (*runningVM, error) {
 	base := opts.BaseImage
 	if base == "" {
 		base = m.opts.BaseImage
@@ -327,9 +327,9 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, opts CreateOption
 }
 
 // newBox makes the box of a VM of sandbox rec, before the VM exists.
-func (m *Manager) newBox(ctx context.Context, rec store.Sandbox) *box {
+func (m *Manager) newBox(ctx context.Context, rec store.Sandbox) *runningVM {
 	e := m.reg.get(rec.ID)
-	return &box{id: rec.ID, dir: rec.Dir, env: rec.Env, log: m.log, gone: make(chan struct{}), dialing: make(chan struct{}, 1), meter: &e.meter, spawn: m.spawn,
+	return &runningVM{id: rec.ID, dir: rec.Dir, env: rec.Env, log: m.log, gone: make(chan struct{}), dialing: make(chan struct{}, 1), meter: &e.meter, spawn: m.spawn,
 		limits: m.limits.of(ctx, rec.ID)}
 }
 
@@ -346,7 +346,7 @@ func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
 }
 
 // adopt makes a booted box a running sandbox: records, TTL, watcher.
-func (m *Manager) adopt(ctx context.Context, b *box, rec store.Sandbox) (Info, error) {
+func (m *Manager) adopt(ctx context.Context, b *runningVM, rec store.Sandbox) (Info, error) {
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
 	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user})
 	if err == nil { // the VMM's identity, as the VM has it (adopt.go)

@@ -18,7 +18,7 @@ import (
 // background exec sessions, their stdin, signals, terminals and timeouts.
 type Execs struct {
 	boxes    boxFinder
-	rec      *flight
+	rec      *recorderFeed
 	timeouts *execTimeouts
 	metrics  Observer
 }
@@ -59,7 +59,7 @@ func (x *Execs) Exec(ctx context.Context, id string, req ExecRequest, emit func(
 // start launches req in the guest and feeds it its stdin, if any. With
 // wait (no stdin, no terminal), the guest answers with the output up to the
 // exit (or 1 MiB of it), and the exit's summary for the flight recorder.
-func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (*agentclient.Client, agentclient.Started, error) {
+func (x *Execs) start(ctx context.Context, b *runningVM, req ExecRequest, wait bool) (*agentclient.Client, agentclient.Started, error) {
 	var none agentclient.Started
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return nil, none, fmt.Errorf("%w: cmd is empty", ErrInvalid)
@@ -117,7 +117,7 @@ func (x *Execs) start(ctx context.Context, b *box, req ExecRequest, wait bool) (
 // timeout, counted from the call. A start whose answer was lost (the
 // channel closed, ctx ended) is followed all the same, under the id the
 // host chose: the command may run.
-func (x *Execs) launch(ctx context.Context, b *box, c *agentclient.Client, cmd agentclient.Command, timeoutS int, wait bool) (agentclient.Started, error) {
+func (x *Execs) launch(ctx context.Context, b *runningVM, c *agentclient.Client, cmd agentclient.Command, timeoutS int, wait bool) (agentclient.Started, error) {
 	timeout := time.Duration(timeoutS) * time.Second
 	began := time.Now()
 	t := x.rec.execStarted(ctx, b, execStart{argv: cmd.Argv, cwd: cmd.Cwd, env: cmd.Env, tty: cmd.Tty, id: cmd.ID, timeoutS: timeoutS})
@@ -160,7 +160,7 @@ func newExecID() string {
 }
 
 // follow emits session execID's output from offset, then its exit.
-func (x *Execs) follow(ctx context.Context, b *box, c *agentclient.Client, execID string, offset uint64, emit func(ExecEvent) error) error {
+func (x *Execs) follow(ctx context.Context, b *runningVM, c *agentclient.Client, execID string, offset uint64, emit func(ExecEvent) error) error {
 	exit, err := c.Follow(ctx, execID, offset, func(o agentclient.Output) error { return emit(outputEvent(o)) })
 	if errors.Is(err, agentclient.ErrNoSession) {
 		return fmt.Errorf("%w: exec %s", ErrNotFound, execID)
@@ -172,7 +172,7 @@ func (x *Execs) follow(ctx context.Context, b *box, c *agentclient.Client, execI
 }
 
 // exited emits session execID's exit once the flight recorder holds its end.
-func (x *Execs) exited(ctx context.Context, b *box, execID string, exit agentclient.Exit, emit func(ExecEvent) error) error {
+func (x *Execs) exited(ctx context.Context, b *runningVM, execID string, exit agentclient.Exit, emit func(ExecEvent) error) error {
 	x.rec.waitEnd(ctx, b.id, execID)
 	return emit(ExecEvent{Type: EventExit, ExitCode: exit.Code, Signal: exit.Signal})
 }

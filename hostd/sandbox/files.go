@@ -33,7 +33,7 @@ func CheckPath(p string) error {
 // agents, recording each change made through it.
 type Files struct {
 	boxes boxFinder
-	rec   *flight
+	rec   *recorderFeed
 }
 
 // boxFinder finds the running VM of a sandbox for the services (the
@@ -41,8 +41,8 @@ type Files struct {
 type boxFinder interface {
 	// running returns sandbox id's running box, resuming it if it is
 	// paused; live returns it only if it runs.
-	running(ctx context.Context, id string) (*box, error)
-	live(ctx context.Context, id string) (*box, error)
+	running(ctx context.Context, id string) (*runningVM, error)
+	live(ctx context.Context, id string) (*runningVM, error)
 }
 
 // withAgent runs fn with the agent of running sandbox id, for path p.
@@ -67,7 +67,7 @@ func (f *Files) withAgent(ctx context.Context, id string, paths []string, fn fun
 }
 
 // fileErr keeps guest file errors (they wrap errnos) and maps the rest.
-func (b *box) fileErr(err error) error {
+func (b *runningVM) fileErr(err error) error {
 	var pe *fs.PathError
 	switch {
 	case errors.As(err, &pe):

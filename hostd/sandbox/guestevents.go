@@ -53,12 +53,12 @@ const (
 	guestEventBurst = 5000
 )
 
-func (f *flight) cursorOf(id string) *guestCursor { return &f.reg.get(id).rec.guest }
+func (f *recorderFeed) cursorOf(id string) *guestCursor { return &f.reg.get(id).rec.guest }
 
 // startGuestEvents places a new reader at the guest's newest event (what
 // happened before the sandbox was handed out, or in the parent of a fork,
 // is not its story), then long-polls until b goes.
-func (f *flight) startGuest(ctx context.Context, b *box) {
+func (f *recorderFeed) startGuest(ctx context.Context, b *runningVM) {
 	if f.r == nil {
 		return
 	}
@@ -74,7 +74,7 @@ func (f *flight) startGuest(ctx context.Context, b *box) {
 	f.spawn(func() { f.pollGuest(b, g) })
 }
 
-func (f *flight) pollGuest(b *box, g *guestCursor) {
+func (f *recorderFeed) pollGuest(b *runningVM, g *guestCursor) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for ctx.Err() == nil {
@@ -102,7 +102,7 @@ func (f *flight) pollGuest(b *box, g *guestCursor) {
 // caughtUp reports whether sandbox id's reader has recorded every guest
 // event up to seq head, so an exit that the guest says came at head needs
 // no pull. A new reader (not placed yet) or one that is off has not.
-func (f *flight) caughtUp(id string, head uint64) bool {
+func (f *recorderFeed) caughtUp(id string, head uint64) bool {
 	if f.r == nil {
 		return true
 	}
@@ -113,7 +113,7 @@ func (f *flight) caughtUp(id string, head uint64) bool {
 }
 
 // drainGuest records every guest event already in the ring.
-func (f *flight) drainGuest(ctx context.Context, b *box) {
+func (f *recorderFeed) drainGuest(ctx context.Context, b *runningVM) {
 	if f.r == nil {
 		return
 	}
@@ -135,7 +135,7 @@ func (f *flight) drainGuest(ctx context.Context, b *box) {
 }
 
 // pullGuest reads one batch above the cursor and records it.
-func (f *flight) pullGuest(ctx context.Context, b *box, g *guestCursor, wait time.Duration) error {
+func (f *recorderFeed) pullGuest(ctx context.Context, b *runningVM, g *guestCursor, wait time.Duration) error {
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (f *flight) pullGuest(ctx context.Context, b *box, g *guestCursor, wait tim
 }
 
 // recordGuest records a batch and moves the cursor. Call with g.mu held.
-func (f *flight) recordGuest(id string, g *guestCursor, evs agentclient.GuestEvents) {
+func (f *recorderFeed) recordGuest(id string, g *guestCursor, evs agentclient.GuestEvents) {
 	var entries []recorder.Entry
 	if evs.WatchError != g.watchErr {
 		g.watchErr = evs.WatchError
@@ -203,7 +203,7 @@ func (f *flight) recordGuest(id string, g *guestCursor, evs agentclient.GuestEve
 
 // guestEntry is the log entry of one guest event (false for a kind it
 // does not know).
-func (f *flight) guestEntry(id string, e agentclient.GuestEvent) (recorder.Entry, bool) {
+func (f *recorderFeed) guestEntry(id string, e agentclient.GuestEvent) (recorder.Entry, bool) {
 	var cause recorder.Cause
 	if en := f.reg.find(id); en != nil {
 		cause, _ = en.rec.causeOf(e.ExecID)

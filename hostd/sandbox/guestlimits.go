@@ -43,7 +43,7 @@ fi
 
 // applyGuestLimits runs the guest side of its limits (at create; the guest
 // keeps them across pause, snapshot and fork).
-func (b *box) applyGuestLimits(ctx context.Context) error {
+func (b *runningVM) applyGuestLimits(ctx context.Context) error {
 	l := b.limits
 	if l.MaxPids == 0 && l.DiskMiB == 0 {
 		return nil

@@ -14,7 +14,7 @@ const DefaultIdleCPU = 0.15
 // watchIdle pauses b with pause once it has been idle for its idle
 // timeout: no API call, no exec running, and its VMM's CPU use under
 // threshold (in CPUs).
-func (b *box) watchIdle(threshold float64, pause func(ctx context.Context, id string) (Info, error)) {
+func (b *runningVM) watchIdle(threshold float64, pause func(ctx context.Context, id string) (Info, error)) {
 	idle := time.Duration(b.limits.IdleTimeoutS) * time.Second
 	if idle <= 0 {
 		return
@@ -51,7 +51,7 @@ func (b *box) watchIdle(threshold float64, pause func(ctx context.Context, id st
 
 // running returns sandbox id's live box, resuming it first if it is paused
 // (auto-resume: the next exec or file call brings a paused sandbox back).
-func (m *Manager) running(ctx context.Context, id string) (*box, error) {
+func (m *Manager) running(ctx context.Context, id string) (*runningVM, error) {
 	b, err := m.live(ctx, id)
 	if err == nil || !errors.Is(err, ErrNotRunning) {
 		if b != nil {

@@ -55,7 +55,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	return m.Get(ctx, id)
 }
 
-func (m *Manager) savePaused(ctx context.Context, b *box, dir string) error {
+func (m *Manager) savePaused(ctx context.Context, b *runningVM, dir string) error {
 	c, err := b.client(ctx)
 	if err != nil {
 		return err

@@ -115,24 +115,24 @@ type Manager struct {
 	log   *slog.Logger
 	snaps *snapshot.Engine
 	reg   registry
-	pools pools
-	warm  warm
+	pools poolRegistry
+	warm  warmPools
 	bases *snapshot.Bases
 	// timeouts kills execs past their timeout; takeover takes over an
 	// earlier hostd's execs.
 	timeouts *execTimeouts
 	takeover *takeover
 	ttls     *ttls
-	vmms     *vmms
+	vmms     *vmmPlacer
 	reaper   *reaper
-	nets     networks
-	rec      flight
+	nets     netAttachments
+	rec      recorderFeed
 	// limits resolves requests' limits (it knows the base image's size).
 	limits limitPolicy
 	// mnts serves the sandboxes' mounts (mounts.go).
 	mnts mountSets
 	// jail hands out the VMMs' users (jail.go).
-	jail *jail
+	jail *vmmJail
 
 	// bgMu guards closed and the adding to bg: Close waits for bg, the
 	// goroutines of background work (watchers, pool refills, timers).
@@ -209,19 +209,19 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps, jail: jl}
-	m.warm = warm{pools: &m.pools, store: opts.Store, nets: &m.nets, reg: &m.reg, vms: m, log: opts.Logger, spawn: m.spawn,
+	m.warm = warmPools{pools: &m.pools, store: opts.Store, nets: &m.nets, reg: &m.reg, vms: m, log: opts.Logger, spawn: m.spawn,
 		closing: m.closing, dataDir: opts.DataDir, bootTimeout: opts.BootTimeout, summary: opts.Recorder != nil}
 	m.bases = snapshot.NewBases(basesConfig(opts), opts.Store, snaps, opts.Logger)
 	m.warm.bases = m.bases
-	m.vmms = &vmms{backend: opts.Driver.Name(), cgroups: opts.Cgroups, nets: &m.nets, log: opts.Logger}
+	m.vmms = &vmmPlacer{backend: opts.Driver.Name(), cgroups: opts.Cgroups, nets: &m.nets, log: opts.Logger}
 	m.reaper = newReaper(opts, &m.reg, &m.pools, m.vmms)
 	m.timeouts = &execTimeouts{reg: &m.reg, log: opts.Logger, spawn: m.spawn}
 	events, _ := opts.Store.(eventLister)
 	m.ttls = &ttls{reg: &m.reg, rec: &m.rec, log: opts.Logger, spawn: m.spawn, pause: m.Pause, del: m.Delete,
 		onTimeout: func(ctx context.Context, id string) string { return m.limits.of(ctx, id).OnTimeout }}
 	m.takeover = &takeover{reg: &m.reg, rec: &m.rec, log: opts.Logger, events: events, timeouts: m.timeouts}
-	m.nets = networks{net: opts.Network, reg: &m.reg, log: opts.Logger}
-	m.rec = flight{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
+	m.nets = netAttachments{net: opts.Network, reg: &m.reg, log: opts.Logger}
+	m.rec = recorderFeed{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	m.mnts = newMountSets(opts.Mounts, opts.DataDir)
 	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil, store: opts.Store, log: opts.Logger}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
@@ -231,7 +231,7 @@ func New(opts Options) (*Manager, error) {
 }
 
 // watch marks the sandbox failed and cleans up if its VM dies on its own.
-func (m *Manager) watch(b *box) {
+func (m *Manager) watch(b *runningVM) {
 	select {
 	case <-b.vm.Done():
 	case <-b.gone:
@@ -251,14 +251,14 @@ func (m *Manager) watch(b *box) {
 }
 
 // teardown ends everything a live sandbox owns: streams, VM, files.
-func (m *Manager) teardown(b *box, why error) {
+func (m *Manager) teardown(b *runningVM, why error) {
 	m.stopBox(b, why)
 	removeDir(b.dir, m.log.With("sandbox_id", b.id))
 }
 
 // stopBox ends what a live sandbox holds on the host (streams, VM, cgroup,
 // network) but leaves its directory.
-func (m *Manager) stopBox(b *box, why error) {
+func (m *Manager) stopBox(b *runningVM, why error) {
 	b.end(why)
 	b.closeAgent()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -350,7 +350,7 @@ func infoOf(r store.Sandbox) Info {
 
 // live returns sandbox id's running box, or an error wrapping ErrNotFound
 // (no such sandbox) or ErrNotRunning (it exists but does not run).
-func (m *Manager) live(ctx context.Context, id string) (*box, error) {
+func (m *Manager) live(ctx context.Context, id string) (*runningVM, error) {
 	if b := m.reg.live(id); b != nil {
 		b.touch()
 		return b, nil

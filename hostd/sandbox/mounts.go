@@ -99,7 +99,7 @@ func (ms mountSets) saved(dir string) ([]mounts.Spec, error) {
 
 // start records specs in b's directory and serves them to b's guest; it
 // returns once the guest has mounted them. On failure the caller stops b.
-func (ms mountSets) start(ctx context.Context, b *box, specs []mounts.Spec) error {
+func (ms mountSets) start(ctx context.Context, b *runningVM, specs []mounts.Spec) error {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -140,7 +140,7 @@ func (ms mountSets) start(ctx context.Context, b *box, specs []mounts.Spec) erro
 
 // serveMounts serves set on b's mount streams until b ends, then closes it.
 // The first Ready report goes to ready.
-func serveMounts(b *box, set *mounts.Set, ready chan<- map[string]string) {
+func serveMounts(b *runningVM, set *mounts.Set, ready chan<- map[string]string) {
 	defer set.Close()
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
@@ -178,7 +178,7 @@ func joinErrs(errs map[string]string) string {
 
 // resumeMounts serves a resumed sandbox's saved mounts; on failure it stops
 // the VM (the sandbox stays paused).
-func (m *Manager) resumeMounts(ctx context.Context, b *box, dir string) error {
+func (m *Manager) resumeMounts(ctx context.Context, b *runningVM, dir string) error {
 	specs, err := m.mnts.saved(dir)
 	if err == nil {
 		err = m.mnts.start(ctx, b, specs)

@@ -19,7 +19,7 @@ const maxExecEventPages = 200
 // takeover takes over the execs of an earlier hostd (see run).
 type takeover struct {
 	reg      *registry
-	rec      *flight
+	rec      *recorderFeed
 	log      *slog.Logger
 	events   eventLister // nil: no log to read
 	timeouts *execTimeouts
@@ -32,7 +32,7 @@ type takeover struct {
 // at once). It runs at a re-adoption and at a resume (the sandbox may have
 // been paused across the restart); execs this hostd tracks are its own
 // already. Without a recorder there is no log and nothing to take over.
-func (t *takeover) run(ctx context.Context, b *box) {
+func (t *takeover) run(ctx context.Context, b *runningVM) {
 	if t.rec.r == nil || t.events == nil {
 		return
 	}

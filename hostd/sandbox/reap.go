@@ -29,7 +29,7 @@ type reaper struct {
 	killVM func(id, dir string)
 	// held is the ledger of the cgroups that sandboxes hold (groups.go):
 	// the reaper never takes one of those.
-	held *groups
+	held *cgroupLedger
 }
 
 // Reap runs the reaper until ctx ends: every interval it removes what no
@@ -41,7 +41,7 @@ func (m *Manager) Reap(ctx context.Context, interval time.Duration) { m.reaper.r
 // before any sandbox exists.
 func (m *Manager) ReapOnce(ctx context.Context) { m.reaper.now(ctx) }
 
-func newReaper(o Options, reg *registry, ps *pools, v *vmms) *reaper {
+func newReaper(o Options, reg *registry, ps *poolRegistry, v *vmmPlacer) *reaper {
 	return &reaper{cgroups: o.Cgroups, store: o.Store, dataDir: o.DataDir, recorder: o.Recorder,
 		retention: o.EventRetention, log: o.Logger, killVM: v.kill, held: &v.held,
 		owned: func() map[string]bool { return ownedIDs(reg, ps) }}
@@ -166,7 +166,7 @@ func (r *reaper) creating(ctx context.Context, id string) bool {
 }
 
 // ownedIDs are the ids of live and warm sandboxes.
-func ownedIDs(reg *registry, ps *pools) map[string]bool {
+func ownedIDs(reg *registry, ps *poolRegistry) map[string]bool {
 	owned := map[string]bool{}
 	for _, b := range reg.boxes() {
 		owned[b.id] = true

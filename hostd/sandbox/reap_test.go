@@ -57,7 +57,7 @@ func TestReaperSparesResumingSandboxes(t *testing.T) {
 	data := t.TempDir()
 	st := reapStore(t, data, map[string]State{"sb-resuming": StateResuming, "sb-creating": StateCreating})
 	cg := &listedCgroups{ids: []string{"sb-resuming", "sb-creating", "sb-orphan"}}
-	r := &reaper{cgroups: cg, store: st, dataDir: data, log: slog.New(slog.DiscardHandler), held: &groups{},
+	r := &reaper{cgroups: cg, store: st, dataDir: data, log: slog.New(slog.DiscardHandler), held: &cgroupLedger{},
 		owned: func() map[string]bool { return map[string]bool{} }, killVM: func(string, string) {}}
 	r.reapOnce(ctx, r.reapOnce(ctx, map[string]bool{}))
 	if !slices.Equal(cg.removed, []string{"sb-orphan"}) {
@@ -74,7 +74,7 @@ func TestReaperSparesHeldGroups(t *testing.T) {
 	data := t.TempDir()
 	st := reapStore(t, data, map[string]State{"sb-resumed": StateRunning})
 	cg := &listedCgroups{ids: []string{"sb-resumed"}}
-	held := &groups{}
+	held := &cgroupLedger{}
 	_, release, err := held.hold("sb-resumed", func() (*cgroup.Group, error) { return nil, nil })
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestReaperSparesHeldGroups(t *testing.T) {
 // id is made after the reaper is done, never in between its check and its
 // kill; and a group held by then is not reaped.
 func TestGroupsHoldWaitsForReap(t *testing.T) {
-	var g groups
+	var g cgroupLedger
 	var mu sync.Mutex
 	var order []string
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }

@@ -21,7 +21,7 @@ type entry struct {
 
 	mu sync.Mutex // guards the fields below
 	// box is the running VM; nil while paused or not yet running.
-	box *box
+	box *runningVM
 	// net is what boot gives the VM for its network.
 	net netAttachment
 	// kills are the exec timeouts' timers by exec id; dueKills the execs
@@ -35,7 +35,7 @@ type entry struct {
 }
 
 // live returns e's running box, or nil.
-func (e *entry) live() *box {
+func (e *entry) live() *runningVM {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.box
@@ -71,7 +71,7 @@ func (r *registry) find(id string) *entry {
 }
 
 // live returns id's running box, or nil.
-func (r *registry) live(id string) *box {
+func (r *registry) live(id string) *runningVM {
 	if e := r.find(id); e != nil {
 		return e.live()
 	}
@@ -113,7 +113,7 @@ func (e *entry) disarmKill(execID string) {
 }
 
 // forget takes b out of the live set; it reports whether b was there.
-func (r *registry) forget(b *box) bool {
+func (r *registry) forget(b *runningVM) bool {
 	e := r.find(b.id)
 	if e == nil {
 		return false
@@ -139,8 +139,8 @@ func (r *registry) entries() []*entry {
 }
 
 // boxes returns every running box.
-func (r *registry) boxes() []*box {
-	var out []*box
+func (r *registry) boxes() []*runningVM {
+	var out []*runningVM
 	for _, e := range r.entries() {
 		if b := e.live(); b != nil {
 			out = append(out, b)

@@ -89,7 +89,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, opts SnapshotOptions,
 // a new sandbox. Without wake the VM stays paused (a warm pool entry).
 // With from.Gate set, sn is still being captured: its VMM starts now and
 // loads sn once the capture ended.
-func (m *Manager) restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*box, error) {
+func (m *Manager) restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*runningVM, error) {
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (m *Manager) restore(ctx context.Context, rec store.Sandbox, from snapshot.
 // wake resumes a restored VM, connects its agent, and sets its clock,
 // entropy and (for a new sandbox) its identity before any user command
 // (snapshot.Wake).
-func (m *Manager) wake(ctx context.Context, b *box, identity bool) error {
+func (m *Manager) wake(ctx context.Context, b *runningVM, identity bool) error {
 	ph := newPhases(m.log, b.id, "wake")
 	return snapshot.Wake(ctx, b.vm, b, snapshot.WakeOptions{ID: b.id, Identity: identity, Timeout: m.opts.BootTimeout, Phase: ph.done})
 }

@@ -20,7 +20,7 @@ import (
 // ends, with the manager's pause or delete.
 type ttls struct {
 	reg       *registry
-	rec       *flight
+	rec       *recorderFeed
 	log       *slog.Logger
 	spawn     func(func()) bool
 	onTimeout func(ctx context.Context, id string) string // the sandbox's on_timeout

@@ -16,14 +16,14 @@ import (
 // MaxPoolSize bounds a template's warm pool.
 const MaxPoolSize = 16
 
-// pools holds the templates' warm pools by template name.
-type pools struct {
+// poolRegistry holds the templates' warm poolRegistry by template name.
+type poolRegistry struct {
 	mu     sync.Mutex
 	byName map[string]*pool
 }
 
 // of returns template name's pool, making it if needed.
-func (ps *pools) of(name string) *pool {
+func (ps *poolRegistry) of(name string) *pool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.byName == nil {
@@ -37,7 +37,7 @@ func (ps *pools) of(name string) *pool {
 	return p
 }
 
-func (ps *pools) all() map[string]*pool {
+func (ps *poolRegistry) all() map[string]*pool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	out := make(map[string]*pool, len(ps.byName))
@@ -48,7 +48,7 @@ func (ps *pools) all() map[string]*pool {
 }
 
 // sizes reports how many warm sandboxes each pool holds.
-func (ps *pools) sizes() map[string]int {
+func (ps *poolRegistry) sizes() map[string]int {
 	out := map[string]int{}
 	for n, p := range ps.all() {
 		out[n] = p.size()
@@ -57,7 +57,7 @@ func (ps *pools) sizes() map[string]int {
 }
 
 // owned adds the ids of every warm sandbox to ids.
-func (ps *pools) owned(ids map[string]bool) {
+func (ps *poolRegistry) owned(ids map[string]bool) {
 	for _, p := range ps.all() {
 		p.mu.Lock()
 		for _, e := range p.ready {
@@ -89,7 +89,7 @@ func (p *pool) setRestoring(id string) {
 }
 
 type poolEntry struct {
-	b   *box
+	b   *runningVM
 	rec store.Sandbox
 }
 
@@ -142,13 +142,13 @@ func (p *pool) fill(on bool) bool {
 	return true
 }
 
-// warm fills, drains and claims from the templates' and the base
-// snapshot's warm pools. It makes and ends their VMs through vms (the
+// warmPools fills, drains and claims from the templates' and the base
+// snapshot's warmPools pools. It makes and ends their VMs through vms (the
 // manager).
-type warm struct {
-	pools   *pools
+type warmPools struct {
+	pools   *poolRegistry
 	store   poolStore
-	nets    *networks
+	nets    *netAttachments
 	reg     *registry
 	bases   *snapshot.Bases
 	vms     poolVMs
@@ -174,14 +174,14 @@ type poolStore interface {
 
 // poolVMs makes and ends the pools' VMs (the Manager).
 type poolVMs interface {
-	restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*box, error)
-	wake(ctx context.Context, b *box, identity bool) error
-	teardown(b *box, why error)
+	restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*runningVM, error)
+	wake(ctx context.Context, b *runningVM, identity bool) error
+	teardown(b *runningVM, why error)
 }
 
 // claim takes a warm sandbox of opts.Template, if one is ready, and wakes
 // it as a new sandbox. The pool refills in the background.
-func (w *warm) claim(ctx context.Context, name string, opts CreateOptions) (*box, store.Sandbox, bool) {
+func (w *warmPools) claim(ctx context.Context, name string, opts CreateOptions) (*runningVM, store.Sandbox, bool) {
 	p := w.pools.of(name)
 	defer w.refillLater(name)
 	for {
@@ -219,15 +219,15 @@ func (w *warm) claim(ctx context.Context, name string, opts CreateOptions) (*box
 	}
 }
 
-func (w *warm) discard(e poolEntry) {
+func (w *warmPools) discard(e poolEntry) {
 	w.vms.teardown(e.b, errors.New("sandbox: discarded from the warm pool"))
 	w.reg.remove(e.b.id)
 }
 
-func (w *warm) refillLater(name string) { w.spawn(func() { w.refill(context.Background(), name) }) }
+func (w *warmPools) refillLater(name string) { w.spawn(func() { w.refill(context.Background(), name) }) }
 
 // refill restores sandboxes into a template's pool until it holds its size.
-func (w *warm) refill(ctx context.Context, name string) {
+func (w *warmPools) refill(ctx context.Context, name string) {
 	p := w.pools.of(name)
 	if !p.fill(true) {
 		return
@@ -244,7 +244,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 		id := newSandboxID()
 		rec := store.Sandbox{ID: id, State: string(StateCreating), VCPUs: sn.VCPUs, MemoryMiB: sn.MemoryMiB, Env: sn.Env,
 			Dir: filepath.Join(w.dataDir, "sandboxes", id)}
-		var b *box
+		var b *runningVM
 		p.setRestoring(id)
 		err = w.nets.attach(ctx, id, w.nets.defaults())
 		if err == nil {
@@ -274,7 +274,7 @@ func (w *warm) refill(ctx context.Context, name string) {
 
 // source is the snapshot that pool name restores and the pool's size: a
 // template's, or a base snapshot's (base.go).
-func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, error) {
+func (w *warmPools) source(ctx context.Context, name string) (store.Snapshot, int, error) {
 	if sn, size, found, ok := w.bases.PoolSource(ctx, name); ok {
 		if !found {
 			return sn, 0, store.ErrNotFound
@@ -297,7 +297,7 @@ func (w *warm) source(ctx context.Context, name string) (store.Snapshot, int, er
 // collected exec) are already translated by the VMM (under TCG a fresh
 // process starts with no translated code), then pauses it again. The claim
 // sets the clock, entropy and identity again, for real.
-func (w *warm) prewarm(ctx context.Context, b *box) error {
+func (w *warmPools) prewarm(ctx context.Context, b *runningVM) error {
 	if err := b.vm.Resume(ctx); err != nil {
 		return err
 	}
@@ -321,8 +321,8 @@ func (w *warm) prewarm(ctx context.Context, b *box) error {
 // warm pool of paused sandboxes that creates claim.
 type Templates struct {
 	store templateStore
-	pools *pools
-	warm  *warm
+	pools *poolRegistry
+	warm  *warmPools
 }
 
 // templateStore is the persistence of templates.
@@ -353,7 +353,7 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 }
 
 // drainPool ends a template's warm sandboxes.
-func (w *warm) drainPool(name string) {
+func (w *warmPools) drainPool(name string) {
 	for _, e := range w.pools.of(name).drain() {
 		w.discard(e)
 	}
@@ -399,7 +399,7 @@ func (tm *Templates) DeleteTemplate(ctx context.Context, name string) error {
 }
 
 // startPools fills every template's pool (at start).
-func (w *warm) startPools(ctx context.Context) error {
+func (w *warmPools) startPools(ctx context.Context) error {
 	ts, err := w.store.ListTemplates(ctx)
 	if err != nil {
 		return err
@@ -418,7 +418,7 @@ func (w *warm) startPools(ctx context.Context) error {
 }
 
 // stopPools ends every warm sandbox (at stop).
-func (w *warm) stopPools() {
+func (w *warmPools) stopPools() {
 	for n := range w.pools.all() {
 		w.drainPool(n)
 	}

@@ -6,7 +6,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/cgroup"
 )
 
-// groups is the ledger of the cgroups this hostd holds: each one made for a
+// cgroupLedger is the ledger of the cgroups this hostd holds: each one made for a
 // VMM it starts (vmms.place) or opened for one it adopts (readopt), from
 // then until its box removes it. The reaper takes only a group that
 // nobody holds, and keeps the ledger locked while it does, so a create,
@@ -18,7 +18,7 @@ import (
 // and the record's state, are read at different moments: a resume that
 // registers its box between the two looked like an orphan, and its new
 // VMM was killed.)
-type groups struct {
+type cgroupLedger struct {
 	mu   sync.Mutex
 	held map[string]int
 }
@@ -26,7 +26,7 @@ type groups struct {
 // hold runs open, which makes or opens id's cgroup, and holds id until the
 // returned release is called (once; later calls do nothing). On error
 // nothing is held.
-func (g *groups) hold(id string, open func() (*cgroup.Group, error)) (*cgroup.Group, func(), error) {
+func (g *cgroupLedger) hold(id string, open func() (*cgroup.Group, error)) (*cgroup.Group, func(), error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	grp, err := open()
@@ -42,7 +42,7 @@ func (g *groups) hold(id string, open func() (*cgroup.Group, error)) (*cgroup.Gr
 }
 
 // release drops one hold of id.
-func (g *groups) release(id string) {
+func (g *cgroupLedger) release(id string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.held[id]--; g.held[id] <= 0 {
@@ -51,7 +51,7 @@ func (g *groups) release(id string) {
 }
 
 // holds reports whether id is held.
-func (g *groups) holds(id string) bool {
+func (g *cgroupLedger) holds(id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.held[id] > 0
@@ -59,7 +59,7 @@ func (g *groups) holds(id string) bool {
 
 // unheld runs reap, with the ledger locked, if nobody holds id, and
 // reports whether it ran.
-func (g *groups) unheld(id string, reap func()) bool {
+func (g *cgroupLedger) unheld(id string, reap func()) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.held[id] > 0 {

@@ -10,13 +10,13 @@ import (
 
 // newTestJail is a jail of uids first..last on a fresh data directory,
 // claiming its uids in a claims directory of the test's.
-func newTestJail(t *testing.T, first, last int) (*jail, string) {
+func newTestJail(t *testing.T, first, last int) (*vmmJail, string) {
 	t.Helper()
 	return newTestJailIn(t, first, last, t.TempDir())
 }
 
 // newTestJailIn is newTestJail with the host's uid claims in claims.
-func newTestJailIn(t *testing.T, first, last int, claims string) (*jail, string) {
+func newTestJailIn(t *testing.T, first, last int, claims string) (*vmmJail, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("handing files to other users needs root")
@@ -160,7 +160,7 @@ func TestJailUIDsUniqueOnTheHost(t *testing.T) {
 	j2, data2 := newTestJailIn(t, 2000000100, 2000000101, claims)
 	a, b := mkSandboxDir(t, data1, "a"), mkSandboxDir(t, data2, "b")
 	for _, c := range []struct {
-		j   *jail
+		j   *vmmJail
 		dir string
 	}{{j1, a}, {j2, b}} {
 		if err := c.j.claim(c.dir); err != nil {

@@ -13,22 +13,22 @@ import (
 	"github.com/agentbox/agentbox/vmm"
 )
 
-// vmms places the sandboxes' VMM processes (user, cgroup, limits) and
+// vmmPlacer places the sandboxes' VMM processes (user, cgroup, limits) and
 // records each one's identity in its sandbox directory (vmstate.json), so
 // that a later hostd finds it: to adopt it, or to stop it.
-type vmms struct {
+type vmmPlacer struct {
 	backend string  // the driver's name
 	cgroups Cgroups // nil: no cgroups
-	nets    *networks
+	nets    *netAttachments
 	log     *slog.Logger
 	// held is the ledger of the cgroups this hostd holds (groups.go).
-	held groups
+	held cgroupLedger
 }
 
 // place fills cfg's per-sandbox limits: the VMM's user (jail.go), the
 // disk throttle, the network rate (set on the tap here), and the hook that
 // moves the VMM process into its cgroup as soon as it exists.
-func (v *vmms) place(cfg vmm.Config, b *box) (vmm.Config, error) {
+func (v *vmmPlacer) place(cfg vmm.Config, b *runningVM) (vmm.Config, error) {
 	var err error
 	if cfg.RunAs, err = runAsOf(b.dir); err != nil {
 		return cfg, err
@@ -59,7 +59,7 @@ func (v *vmms) place(cfg vmm.Config, b *box) (vmm.Config, error) {
 // record wraps cfg.Started so that the VMM's identity is on disk before
 // any guest runs: a hostd killed from then on leaves a VMM the next one
 // can find.
-func (v *vmms) record(cfg *vmm.Config) {
+func (v *vmmPlacer) record(cfg *vmm.Config) {
 	started, dir, backend := cfg.Started, cfg.Dir, v.backend
 	cfg.Started = func(pid int) error {
 		if started != nil {
@@ -79,7 +79,7 @@ func (v *vmms) record(cfg *vmm.Config) {
 // runs as the same process (pid and start time) is for Driver.Adopt and
 // kill to check; with cgroups, a VMM that is not in sandbox id's group
 // is not its VMM at all.
-func (v *vmms) recorded(id, dir string) (vmm.Process, bool) {
+func (v *vmmPlacer) recorded(id, dir string) (vmm.Process, bool) {
 	st, err := readVMState(dir)
 	if err != nil || st.Backend != v.backend {
 		return vmm.Process{}, false
@@ -96,7 +96,7 @@ func (v *vmms) recorded(id, dir string) (vmm.Process, bool) {
 
 // kill stops the VMM recorded in dir, if it still runs, by its pidfd
 // (never a name): SIGKILL, then a bounded wait for its exit.
-func (v *vmms) kill(id, dir string) {
+func (v *vmmPlacer) kill(id, dir string) {
 	if st, err := readVMState(dir); err == nil {
 		v.killProcess(id, st.Process)
 	}
@@ -109,7 +109,7 @@ func (v *vmms) kill(id, dir string) {
 
 // killProcess sends SIGKILL to p by its pidfd and waits (bounded) for its
 // exit; a process gone already is left.
-func (v *vmms) killProcess(id string, p vmm.Process) {
+func (v *vmmPlacer) killProcess(id string, p vmm.Process) {
 	h, err := vmm.OpenProcess(p)
 	if err != nil {
 		return // gone already

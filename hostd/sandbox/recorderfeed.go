@@ -165,10 +165,10 @@ func (r *execLog) markEnded(t *execTrack) {
 	t.ended = time.Now()
 }
 
-// flight is the manager's side of the flight recorder: it records
+// recorderFeed is the manager's side of the recorderFeed recorder: it records
 // lifecycle, exec, file, package and network events with their causes, and
 // pulls the guest's events; its per-sandbox state is in each entry's rec.
-type flight struct {
+type recorderFeed struct {
 	r     *recorder.Recorder // nil: no log is kept
 	reg   *registry
 	spawn func(func()) bool
@@ -184,12 +184,12 @@ func (m *Manager) setState(ctx context.Context, id string, st State, errMsg stri
 	return nil
 }
 
-func (f *flight) lifecycle(ctx context.Context, id string, d recorder.LifecycleData) {
+func (f *recorderFeed) lifecycle(ctx context.Context, id string, d recorder.LifecycleData) {
 	f.r.Record(ctx, id, recorder.TypeLifecycle, d)
 }
 
 // recordFile records a change made through the Files API.
-func (f *flight) file(ctx context.Context, id string, d recorder.FileData) {
+func (f *recorderFeed) file(ctx context.Context, id string, d recorder.FileData) {
 	d.Source = recorder.SourceAPI
 	f.r.Record(ctx, id, recorder.TypeFile, d)
 }
@@ -205,13 +205,13 @@ type execStart struct {
 }
 
 // on reports whether a log is kept.
-func (f *flight) on() bool { return f.r != nil }
+func (f *recorderFeed) on() bool { return f.r != nil }
 
 // execStarted records an exec's start and tracks it, before the guest is
 // asked to start it: what the command does (files, network) comes after
 // its start in the log, and is attributed to it. The caller reports how
 // the start went with startDone. It returns nil when no log is kept.
-func (f *flight) execStarted(ctx context.Context, b *box, x execStart) *execTrack {
+func (f *recorderFeed) execStarted(ctx context.Context, b *runningVM, x execStart) *execTrack {
 	if f.r == nil {
 		return nil
 	}
@@ -230,7 +230,7 @@ func (f *flight) execStarted(ctx context.Context, b *box, x execStart) *execTrac
 // command runs, or the answer was lost) waits for the end in the
 // background. An older guest that names the session itself has its track
 // renamed.
-func (f *flight) startDone(ctx context.Context, b *box, execID string, t *execTrack, st agentclient.Started, err error) {
+func (f *recorderFeed) startDone(ctx context.Context, b *runningVM, execID string, t *execTrack, st agentclient.Started, err error) {
 	if t == nil {
 		return
 	}
@@ -259,7 +259,7 @@ func (f *flight) startDone(ctx context.Context, b *box, execID string, t *execTr
 // exited records the end of session execID, which sum says has exited,
 // after every guest event it caused (none left to pull when the guest's
 // event head at the exit is one the reader has passed).
-func (f *flight) exited(ctx context.Context, b *box, execID string, t *execTrack, sum agentclient.Summary) {
+func (f *recorderFeed) exited(ctx context.Context, b *runningVM, execID string, t *execTrack, sum agentclient.Summary) {
 	if !sum.HasEventsHead || !f.caughtUp(b.id, sum.EventsHead) {
 		f.drainGuest(ctx, b)
 	}
@@ -269,13 +269,13 @@ func (f *flight) exited(ctx context.Context, b *box, execID string, t *execTrack
 // awaitExec waits for session execID of b to exit, then records its end
 // after every guest event it caused. It gives up when b goes (a pause
 // hands the wait to the resumed box, see resumeExecs).
-func (f *flight) awaitExec(b *box, execID string, t *execTrack) {
+func (f *recorderFeed) awaitExec(b *runningVM, execID string, t *execTrack) {
 	f.awaitExecAs(b, execID, t, "the guest no longer has the session")
 }
 
 // awaitExecAs is awaitExec, whose end says noSession when the guest has no
 // session execID.
-func (f *flight) awaitExecAs(b *box, execID string, t *execTrack, noSession string) {
+func (f *recorderFeed) awaitExecAs(b *runningVM, execID string, t *execTrack, noSession string) {
 	ctx, cancel := b.bind(context.Background())
 	defer cancel()
 	for {
@@ -313,7 +313,7 @@ func (f *flight) awaitExecAs(b *box, execID string, t *execTrack, noSession stri
 }
 
 // execEnded records an exec's end and releases those waiting for it.
-func (f *flight) execEnded(id, execID string, t *execTrack, sum agentclient.Summary, why string) {
+func (f *recorderFeed) execEnded(id, execID string, t *execTrack, sum agentclient.Summary, why string) {
 	d := t.data
 	d.Phase = recorder.PhaseEnd
 	// One clock for the sandbox's events, the recorder's: the start was
@@ -351,7 +351,7 @@ func outputSummary(s agentclient.StreamSummary) *recorder.OutputSummary {
 
 // waitEnd waits (briefly) until session execID's end event is recorded, so
 // that a caller who saw the exit finds it in the log.
-func (f *flight) waitEnd(ctx context.Context, id, execID string) {
+func (f *recorderFeed) waitEnd(ctx context.Context, id, execID string) {
 	e := f.reg.find(id)
 	if e == nil {
 		return
@@ -368,7 +368,7 @@ func (f *flight) waitEnd(ctx context.Context, id, execID string) {
 }
 
 // resumeExecs hands the execs whose wait a pause ended to the resumed box.
-func (f *flight) resumeExecs(b *box) {
+func (f *recorderFeed) resumeExecs(b *runningVM) {
 	for execID, t := range f.reg.get(b.id).rec.unawaited() {
 		f.spawn(func() { f.awaitExec(b, execID, t) })
 	}
@@ -378,7 +378,7 @@ func (f *flight) resumeExecs(b *box) {
 // sandbox's newest running exec.
 func (m *Manager) RecordNetwork(ev egress.Event) { m.rec.network(ev) }
 
-func (f *flight) network(ev egress.Event) {
+func (f *recorderFeed) network(ev egress.Event) {
 	var cause recorder.Cause
 	var execID string
 	if e := f.reg.find(ev.SandboxID); e != nil {

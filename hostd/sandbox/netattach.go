@@ -33,9 +33,9 @@ type Network interface {
 	SetPolicy(ctx context.Context, id string, pol egress.Policy) error
 }
 
-// networks is the manager's side of sandbox networking: the policy a
+// netAttachments is the manager's side of sandbox networking: the policy a
 // create resolves to, and each sandbox's attachment (kept in its entry).
-type networks struct {
+type netAttachments struct {
 	net Network // nil: this hostd gives sandboxes no NIC
 	reg *registry
 	log *slog.Logger
@@ -51,7 +51,7 @@ type netAttachment struct {
 // resolveNetwork fills in the default policy (a NIC whose only peer is the
 // proxy, with nothing allowed) and turns SecretEnv into placeholder tokens
 // in the env.
-func (n *networks) resolve(opts *CreateOptions) error {
+func (n *netAttachments) resolve(opts *CreateOptions) error {
 	var pol egress.Policy
 	switch {
 	case opts.Network != nil:
@@ -125,7 +125,7 @@ func placeholder(secret string) string {
 }
 
 // attachNetwork makes the sandbox's network before boot.
-func (n *networks) attach(ctx context.Context, id string, pol *egress.Policy) error {
+func (n *netAttachments) attach(ctx context.Context, id string, pol *egress.Policy) error {
 	if n.net == nil || pol == nil {
 		return nil
 	}
@@ -142,7 +142,7 @@ func (n *networks) attach(ctx context.Context, id string, pol *egress.Policy) er
 
 // ensureNetwork re-attaches a paused sandbox's network from its stored
 // policy if it is not attached (hostd restarted since the pause).
-func (n *networks) ensure(ctx context.Context, id string) error {
+func (n *netAttachments) ensure(ctx context.Context, id string) error {
 	if n.net == nil {
 		return nil
 	}
@@ -165,7 +165,7 @@ func (n *networks) ensure(ctx context.Context, id string) error {
 
 // inheritedPolicy is a fork's policy: its parent's, placeholders included
 // (the parent's env, which the forks get, holds the tokens).
-func (n *networks) inherited(ctx context.Context, parent string) *egress.Policy {
+func (n *netAttachments) inherited(ctx context.Context, parent string) *egress.Policy {
 	if n.net == nil {
 		return nil
 	}
@@ -178,7 +178,7 @@ func (n *networks) inherited(ctx context.Context, parent string) *egress.Policy 
 
 // defaultPolicy is what a warm pool's sandboxes start with; a claim swaps
 // in the caller's (claimPolicy).
-func (n *networks) defaults() *egress.Policy {
+func (n *netAttachments) defaults() *egress.Policy {
 	if n.net == nil {
 		return nil
 	}
@@ -187,7 +187,7 @@ func (n *networks) defaults() *egress.Policy {
 
 // claimPolicy gives a claimed warm sandbox the caller's policy. It fails if
 // the modes differ (the warm VM's NIC cannot come or go).
-func (n *networks) claim(ctx context.Context, id string, pol *egress.Policy) error {
+func (n *netAttachments) claim(ctx context.Context, id string, pol *egress.Policy) error {
 	if n.net == nil || pol == nil {
 		return nil
 	}
@@ -202,7 +202,7 @@ func (n *networks) claim(ctx context.Context, id string, pol *egress.Policy) err
 }
 
 // netOf returns the NIC and the extra cmdline of sandbox id.
-func (n *networks) of(id string) (*vmm.Net, string) {
+func (n *netAttachments) of(id string) (*vmm.Net, string) {
 	e := n.reg.get(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -217,7 +217,7 @@ func (n *networks) of(id string) (*vmm.Net, string) {
 // and in cfg.Net for backends with their own limiter. It runs before every
 // boot, restore and resume, so a namespace made again (after a hostd
 // restart) gets the limit again too.
-func (n *networks) limit(cfg *vmm.Config, id string, bps int64) error {
+func (n *netAttachments) limit(cfg *vmm.Config, id string, bps int64) error {
 	if cfg.Net == nil || n.net == nil {
 		return nil
 	}
@@ -231,7 +231,7 @@ func (n *networks) limit(cfg *vmm.Config, id string, bps int64) error {
 }
 
 // detachNetwork removes the sandbox's network (namespace, tap, proxy).
-func (n *networks) detach(id string) {
+func (n *netAttachments) detach(id string) {
 	if n.net == nil {
 		return
 	}
@@ -245,7 +245,7 @@ func (n *networks) detach(id string) {
 	}
 }
 
-func (n *networks) forget(ctx context.Context, id string) {
+func (n *netAttachments) forget(ctx context.Context, id string) {
 	if n.net == nil {
 		return
 	}
@@ -254,7 +254,7 @@ func (n *networks) forget(ctx context.Context, id string) {
 	}
 }
 
-func (n *networks) sweep() error {
+func (n *netAttachments) sweep() error {
 	if n.net == nil {
 		return nil
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/agentbox/agentbox/vmm"
 )
 
-// box is one VM of a sandbox and its agent connection. A sandbox has a new
-// box after each resume; what outlives the VM is in its entry.
-type box struct {
+// runningVM is one VM of a sandbox and its agent connection. A sandbox has a new
+// runningVM after each resume; what outlives the VM is in its entry.
+type runningVM struct {
 	id  string
 	dir string
 	vm  vmm.VM
@@ -65,7 +65,7 @@ type box struct {
 }
 
 // end closes gone, once, saying why.
-func (b *box) end(why error) {
+func (b *runningVM) end(why error) {
 	b.once.Do(func() {
 		b.why = why
 		close(b.gone)
@@ -73,10 +73,10 @@ func (b *box) end(why error) {
 }
 
 // touch records API activity on b.
-func (b *box) touch() { b.last.Store(time.Now().UnixNano()) }
+func (b *runningVM) touch() { b.last.Store(time.Now().UnixNano()) }
 
 // bind returns a ctx that also ends when the sandbox goes.
-func (b *box) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+func (b *runningVM) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	go func() { // ends with ctx, which every caller cancels
 		select {
@@ -90,7 +90,7 @@ func (b *box) bind(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // every calls fn each period until b goes (for background work that lives
 // as long as the VM: the guest clock, the console cap).
-func (b *box) every(period time.Duration, fn func()) {
+func (b *runningVM) every(period time.Duration, fn func()) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -104,7 +104,7 @@ func (b *box) every(period time.Duration, fn func()) {
 }
 
 // nextOverlay names the box's next overlay file.
-func (b *box) nextOverlay() string {
+func (b *runningVM) nextOverlay() string {
 	p := filepath.Join(b.dir, fmt.Sprintf("disk-%d.qcow2", b.disks))
 	b.disks++
 	return p
@@ -114,14 +114,14 @@ func (b *box) nextOverlay() string {
 // Dial retries until the guest serves or ctx ends (vmm.VM.Dial).
 // Dialing waits on b.dialing, not on b.mu, so that a caller whose ctx ends
 // stops waiting for a guest that does not answer.
-func (b *box) client(ctx context.Context) (*agentclient.Client, error) {
+func (b *runningVM) client(ctx context.Context) (*agentclient.Client, error) {
 	return b.clientProbed(ctx, health)
 }
 
 // Client is client, for snapshot.Guest.
-func (b *box) Client(ctx context.Context) (*agentclient.Client, error) { return b.client(ctx) }
+func (b *runningVM) Client(ctx context.Context) (*agentclient.Client, error) { return b.client(ctx) }
 
-var _ snapshot.Guest = (*box)(nil)
+var _ snapshot.Guest = (*runningVM)(nil)
 
 // health is the probe of client: a Health call.
 func health(ctx context.Context, c *agentclient.Client) error {
@@ -131,7 +131,7 @@ func health(ctx context.Context, c *agentclient.Client) error {
 
 // clientProbed is client with the probe a new connection must pass before
 // it is the box's (an existing one is returned as it is).
-func (b *box) clientProbed(ctx context.Context, check snapshot.Probe) (*agentclient.Client, error) {
+func (b *runningVM) clientProbed(ctx context.Context, check snapshot.Probe) (*agentclient.Client, error) {
 	if c := b.current(); c != nil {
 		return c, nil
 	}
@@ -176,7 +176,7 @@ func (b *box) clientProbed(ctx context.Context, check snapshot.Probe) (*agentcli
 
 // dialFiles opens a file stream to b's guest, its bytes counted as the
 // agent connection's are.
-func (b *box) dialFiles(ctx context.Context) (net.Conn, error) {
+func (b *runningVM) dialFiles(ctx context.Context) (net.Conn, error) {
 	conn, err := b.vm.Dial(ctx, channel.FilesPort)
 	if err != nil {
 		return nil, err
@@ -189,7 +189,7 @@ func (b *box) dialFiles(ctx context.Context) (net.Conn, error) {
 const healthTimeout = 30 * time.Second
 
 // current returns b's open agent client, or nil.
-func (b *box) current() *agentclient.Client {
+func (b *runningVM) current() *agentclient.Client {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.agent != nil && b.agent.Closed() {
@@ -200,7 +200,7 @@ func (b *box) current() *agentclient.Client {
 
 // connect dials a booting guest's agent within timeout, in attempts of
 // bootAttempt; on failure it stops the VM.
-func (b *box) connect(ctx context.Context, timeout time.Duration) error {
+func (b *runningVM) connect(ctx context.Context, timeout time.Duration) error {
 	return b.connectTries(ctx, timeout, bootAttempt, health)
 }
 
@@ -216,7 +216,7 @@ const bootAttempt = 20 * time.Second
 // afresh: a snapshot may have cut a frame of the parent's session in two,
 // and the guest swallowed the first marker in it). With Client, it makes
 // a box the snapshot.Guest that snapshot.Wake wakes.
-func (b *box) Reconnect(ctx context.Context, timeout time.Duration, check snapshot.Probe) error {
+func (b *runningVM) Reconnect(ctx context.Context, timeout time.Duration, check snapshot.Probe) error {
 	return b.connectTries(ctx, timeout, connectAttempt, check)
 }
 
@@ -226,7 +226,7 @@ const connectAttempt = 5 * time.Second
 // connectTries connects b's agent within timeout, in attempts of attempt
 // each (0: one attempt), each connection checked by check; on failure it
 // stops the VM.
-func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration, check snapshot.Probe) error {
+func (b *runningVM) connectTries(ctx context.Context, timeout, attempt time.Duration, check snapshot.Probe) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := b.tryConnect(bctx, attempt, check); err != nil {
@@ -240,7 +240,7 @@ func (b *box) connectTries(ctx context.Context, timeout, attempt time.Duration, 
 // exits, each connection within attempt (0: one connection, as long as
 // ctx). A connection that fails or gets no answer is dropped, and the
 // next one padded (the VMM resyncs the channel afresh).
-func (b *box) tryConnect(ctx context.Context, attempt time.Duration, check snapshot.Probe) error {
+func (b *runningVM) tryConnect(ctx context.Context, attempt time.Duration, check snapshot.Probe) error {
 	for {
 		actx, acancel := ctx, context.CancelFunc(func() {})
 		if attempt > 0 {
@@ -267,7 +267,7 @@ func (b *box) tryConnect(ctx context.Context, attempt time.Duration, check snaps
 const retryPause = 200 * time.Millisecond
 
 // vmGone reports whether b's VM process has ended.
-func (b *box) vmGone() bool {
+func (b *runningVM) vmGone() bool {
 	select {
 	case <-b.vm.Done():
 		return true
@@ -277,7 +277,7 @@ func (b *box) vmGone() bool {
 }
 
 // closeAgent closes the agent connection, if any.
-func (b *box) closeAgent() {
+func (b *runningVM) closeAgent() {
 	b.dialing <- struct{}{} // after a dial under way, as it would set agent
 	defer func() { <-b.dialing }()
 	b.mu.Lock()
@@ -289,7 +289,7 @@ func (b *box) closeAgent() {
 }
 
 // streamErr explains an error that ended a call on a live sandbox.
-func (b *box) streamErr(err error) error {
+func (b *runningVM) streamErr(err error) error {
 	if why := b.endErr(err); why != nil {
 		return why
 	}
@@ -308,7 +308,7 @@ func (b *box) streamErr(err error) error {
 }
 
 // endErr says why b's VM is over, with err; nil while it runs.
-func (b *box) endErr(err error) error {
+func (b *runningVM) endErr(err error) error {
 	select {
 	case <-b.gone:
 		return fmt.Errorf("%w (%v)", b.why, err)
@@ -327,7 +327,7 @@ func (b *box) endErr(err error) error {
 const agentLostWait = 2 * time.Second
 
 // settle folds b's cgroup counters into its meter before the cgroup goes.
-func (b *box) settle() {
+func (b *runningVM) settle() {
 	if b.cgroup == nil {
 		return
 	}
@@ -343,7 +343,7 @@ func (b *box) settle() {
 
 // foreground gives a warm pool's sandbox, being claimed, the default CPU
 // weight of the sandboxes in use.
-func (b *box) foreground() error {
+func (b *runningVM) foreground() error {
 	if b.background && b.cgroup != nil {
 		if err := b.cgroup.SetBackground(false); err != nil {
 			return err
@@ -354,7 +354,7 @@ func (b *box) foreground() error {
 }
 
 // removeCgroup deletes b's cgroup once its VMM process has exited.
-func (b *box) removeCgroup() {
+func (b *runningVM) removeCgroup() {
 	if b.cgroup == nil {
 		return
 	}
@@ -367,7 +367,7 @@ func (b *box) removeCgroup() {
 
 // release drops the ledger's hold of b's cgroup, if any: the reaper may
 // take what is left of it.
-func (b *box) release() {
+func (b *runningVM) release() {
 	if b.unhold != nil {
 		b.unhold()
 		b.unhold = nil
@@ -375,7 +375,7 @@ func (b *box) release() {
 }
 
 // cpu is the CPU time of b's VMM cgroup (0 without one).
-func (b *box) cpu() float64 {
+func (b *runningVM) cpu() float64 {
 	if b.cgroup == nil {
 		return 0
 	}

@@ -65,7 +65,7 @@ func TestUnrecordedIn(t *testing.T) {
 // works elsewhere) and the process working in the directory that no record
 // names, removes the record, and leaves every other process running.
 func TestVMMsKill(t *testing.T) {
-	v := &vmms{backend: "fake", log: slog.New(slog.DiscardHandler)}
+	v := &vmmPlacer{backend: "fake", log: slog.New(slog.DiscardHandler)}
 	dir := sandboxDir(t)
 	elsewhere := sandboxDir(t)
 	recordedCmd, recorded := startSleep(t, elsewhere)

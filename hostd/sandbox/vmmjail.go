@@ -70,8 +70,8 @@ func (r UIDRange) Validate() error {
 // maxID is the largest uid or gid (2^32-2; -1 means "unchanged").
 const maxID = 1<<32 - 2
 
-// jail hands out the VMMs' users (see the top of this file).
-type jail struct {
+// vmmJail hands out the VMMs' users (see the top of this file).
+type vmmJail struct {
 	owner *Owner
 	uids  *UIDRange
 	// dir is the sandboxes' parent directory.
@@ -89,8 +89,8 @@ type jail struct {
 	log    *slog.Logger
 }
 
-func newJail(opts Options) (*jail, error) {
-	j := &jail{owner: opts.VMMOwner, uids: opts.VMMUIDs, dir: filepath.Join(opts.DataDir, "sandboxes"), log: opts.Logger}
+func newJail(opts Options) (*vmmJail, error) {
+	j := &vmmJail{owner: opts.VMMOwner, uids: opts.VMMUIDs, dir: filepath.Join(opts.DataDir, "sandboxes"), log: opts.Logger}
 	if j.log == nil {
 		j.log = slog.Default()
 	}
@@ -120,11 +120,11 @@ func newJail(opts Options) (*jail, error) {
 }
 
 // on reports whether VMMs drop to another user.
-func (j *jail) on() bool { return j.owner != nil || j.uids != nil }
+func (j *vmmJail) on() bool { return j.owner != nil || j.uids != nil }
 
 // claim gives the new sandbox directory dir its VMM's user: it records
 // one and makes dir reachable by it only.
-func (j *jail) claim(dir string) error {
+func (j *vmmJail) claim(dir string) error {
 	if !j.on() {
 		return nil
 	}
@@ -148,7 +148,7 @@ func (j *jail) claim(dir string) error {
 
 // pick chooses the next VMM user for sandbox directory dir, a uid that no
 // sandbox of this hostd or of another on the host holds. Call with mu held.
-func (j *jail) pick(dir string) (vmm.User, error) {
+func (j *vmmJail) pick(dir string) (vmm.User, error) {
 	if j.owner != nil {
 		return vmm.User{UID: j.owner.UID, GID: j.owner.GID}, nil
 	}
@@ -182,7 +182,7 @@ func (j *jail) pick(dir string) (vmm.User, error) {
 // claimTaken claims on the host the uids this hostd's sandboxes hold
 // already (after a reboot cleared the claims, or from an older hostd); a
 // uid that another hostd's sandbox holds is logged, not taken away.
-func (j *jail) claimTaken() {
+func (j *vmmJail) claimTaken() {
 	for uid, dir := range j.taken {
 		if ok, err := j.claims.claim(uid, dir); err != nil || !ok {
 			j.log.Warn("a vmm uid of this hostd is claimed by another sandbox on the host", "uid", uid, "dir", dir, "err", err)
