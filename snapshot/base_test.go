@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -243,6 +244,9 @@ func TestBasePool(t *testing.T) {
 	if _, err := newBases(gone, st, nil).DefaultPool(ctx); err == nil {
 		t.Error("default pool without boot assets: no error")
 	}
+	if p := newBases(gone, st, nil).Plan(ctx, defaultShape); p != (snapshot.BasePlan{}) {
+		t.Errorf("plan without boot assets: got %+v, want a plain boot", p)
+	}
 }
 
 // TestBaseCapture: a booted VM becomes the base snapshot of its key, which
@@ -288,5 +292,10 @@ func TestBaseCapture(t *testing.T) {
 		if kept := err == nil; kept != tc.kept {
 			t.Errorf("%s kept: %v, want %v", tc.sn.ID, kept, tc.kept)
 		}
+	}
+	full := errors.New("disk full")
+	r.d.FailNextSnapshot(full)
+	if err := b.Capture(ctx, src, c, key); !errors.Is(err, full) {
+		t.Errorf("a failed capture: got %v, want %v", err, full)
 	}
 }
