@@ -1,4 +1,4 @@
-package sandbox
+package snapshot_test
 
 import (
 	"context"
