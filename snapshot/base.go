@@ -55,9 +55,9 @@ type KeyStore interface {
 	ListSnapshots(ctx context.Context) ([]Record, error)
 }
 
-// Bases is the catalogue of a host's base snapshots: their keys, which
+// BaseCatalog is the catalogue of a host's base snapshots: their keys, which
 // exist, which are being made and which failed to restore.
-type Bases struct {
+type BaseCatalog struct {
 	cfg    BasesConfig
 	store  KeyStore
 	engine *Engine
@@ -69,23 +69,23 @@ type Bases struct {
 	digest   string          // of the boot assets, once known
 }
 
-// NewBases returns the catalogue of cfg's base snapshots.
-func NewBases(cfg BasesConfig, st KeyStore, e *Engine, log *slog.Logger) *Bases {
+// NewBaseCatalog returns the catalogue of cfg's base snapshots.
+func NewBaseCatalog(cfg BasesConfig, st KeyStore, e *Engine, log *slog.Logger) *BaseCatalog {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Bases{cfg: cfg, store: st, engine: e, log: log}
+	return &BaseCatalog{cfg: cfg, store: st, engine: e, log: log}
 }
 
 // On reports whether creates use base snapshots.
-func (b *Bases) On() bool { return b.cfg.On }
+func (b *BaseCatalog) On() bool { return b.cfg.On }
 
 // Default is the shape of a create that says nothing: the one the warm
 // pool serves.
-func (b *Bases) Default() Shape { return b.cfg.Default }
+func (b *BaseCatalog) Default() Shape { return b.cfg.Default }
 
 // SetBad marks base snapshot id as one that does not restore.
-func (b *Bases) SetBad(id string) {
+func (b *BaseCatalog) SetBad(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bad == nil {
@@ -94,14 +94,14 @@ func (b *Bases) SetBad(id string) {
 	b.bad[id] = true
 }
 
-func (b *Bases) isBad(id string) bool {
+func (b *BaseCatalog) isBad(id string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.bad[id]
 }
 
 // Key is the cache key of the base snapshot of shape s.
-func (b *Bases) Key(s Shape) (string, error) {
+func (b *BaseCatalog) Key(s Shape) (string, error) {
 	d, err := b.assetDigest(b.cfg.Kernel, b.cfg.Initramfs, b.cfg.BaseImage)
 	if err != nil {
 		return "", err
@@ -118,7 +118,7 @@ func (b *Bases) Key(s Shape) (string, error) {
 }
 
 // Find returns the newest base snapshot with key.
-func (b *Bases) Find(ctx context.Context, key string) (Record, bool) {
+func (b *BaseCatalog) Find(ctx context.Context, key string) (Record, bool) {
 	sn, err := b.store.FindSnapshotByKey(ctx, key)
 	if err != nil || sn.Kind != KindBase || sn.Backend != b.cfg.Backend {
 		return Record{}, false
@@ -132,7 +132,7 @@ func (b *Bases) Find(ctx context.Context, key string) (Record, bool) {
 // ClaimBuild marks key's base snapshot as being made (on) or no longer
 // (off); with on it reports false if it already is (a concurrent first
 // create then just boots).
-func (b *Bases) ClaimBuild(key string, on bool) bool {
+func (b *BaseCatalog) ClaimBuild(key string, on bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.building == nil {
@@ -153,7 +153,7 @@ func (b *Bases) ClaimBuild(key string, on bool) bool {
 // snapshot of key; the VM runs on, on a new overlay over the snapshot's
 // layer (src is updated). Older base snapshots that nothing uses any more
 // go.
-func (b *Bases) Capture(ctx context.Context, src *Source, c *agentclient.Client, key string) error {
+func (b *BaseCatalog) Capture(ctx context.Context, src *Source, c *agentclient.Client, key string) error {
 	t0 := time.Now()
 	// A restored sandbox's first exec then finds the binaries in the page
 	// cache and the agent's exec path used. Best effort: a guest that fails
@@ -173,7 +173,7 @@ func (b *Bases) Capture(ctx context.Context, src *Source, c *agentclient.Client,
 
 // dropStale deletes the base snapshots made from other boot assets (a
 // kernel, initramfs or base image since replaced) that nothing uses.
-func (b *Bases) dropStale(ctx context.Context, key string) {
+func (b *BaseCatalog) dropStale(ctx context.Context, key string) {
 	sns, err := b.store.ListSnapshots(ctx)
 	if err != nil {
 		return
@@ -194,7 +194,7 @@ func (b *Bases) dropStale(ctx context.Context, key string) {
 const poolPrefix = "@base:"
 
 // Pool is the warm pool name of key, or "" when key has none.
-func (b *Bases) Pool(key string) string {
+func (b *BaseCatalog) Pool(key string) string {
 	if b.cfg.PoolSize <= 0 {
 		return ""
 	}
@@ -208,7 +208,7 @@ func (b *Bases) Pool(key string) string {
 // PoolSource is the base snapshot that warm pool name restores and the
 // pool's size; ok is false when name is not a base snapshot's pool. A
 // base pool whose snapshot is gone has found false.
-func (b *Bases) PoolSource(ctx context.Context, name string) (sn Record, size int, found, ok bool) {
+func (b *BaseCatalog) PoolSource(ctx context.Context, name string) (sn Record, size int, found, ok bool) {
 	key, ok := strings.CutPrefix(name, poolPrefix)
 	if !ok {
 		return Record{}, 0, false, false
@@ -219,7 +219,7 @@ func (b *Bases) PoolSource(ctx context.Context, name string) (sn Record, size in
 
 // DefaultPool is the default shape's warm pool, if it has one and its
 // base snapshot exists ("" otherwise; the first create then makes both).
-func (b *Bases) DefaultPool(ctx context.Context) (string, error) {
+func (b *BaseCatalog) DefaultPool(ctx context.Context) (string, error) {
 	if !b.cfg.On || b.cfg.PoolSize <= 0 {
 		return "", nil
 	}
@@ -245,7 +245,7 @@ type BasePlan struct {
 }
 
 // Plan picks how a create of shape s starts.
-func (b *Bases) Plan(ctx context.Context, s Shape) BasePlan {
+func (b *BaseCatalog) Plan(ctx context.Context, s Shape) BasePlan {
 	key, err := b.Key(s)
 	if err != nil {
 		b.log.Warn("base snapshot: boot assets; booting", "err", err)
@@ -262,7 +262,7 @@ func (b *Bases) Plan(ctx context.Context, s Shape) BasePlan {
 
 // assetDigest is a digest of the kernel, initramfs and base image, each by
 // its content (fileDigest), computed once per catalogue.
-func (b *Bases) assetDigest(paths ...string) (string, error) {
+func (b *BaseCatalog) assetDigest(paths ...string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.digest != "" {

@@ -60,11 +60,11 @@ func basesConfig(t *testing.T, kernel, initramfs, image string) snapshot.BasesCo
 	return cfg
 }
 
-func newBases(cfg snapshot.BasesConfig, st snapshot.KeyStore, e *snapshot.Engine) *snapshot.Bases {
-	return snapshot.NewBases(cfg, st, e, slog.New(slog.DiscardHandler))
+func newBases(cfg snapshot.BasesConfig, st snapshot.KeyStore, e *snapshot.Engine) *snapshot.BaseCatalog {
+	return snapshot.NewBaseCatalog(cfg, st, e, slog.New(slog.DiscardHandler))
 }
 
-func keyOf(t *testing.T, b *snapshot.Bases, s snapshot.Shape) string {
+func keyOf(t *testing.T, b *snapshot.BaseCatalog, s snapshot.Shape) string {
 	t.Helper()
 	k, err := b.Key(s)
 	if err != nil {

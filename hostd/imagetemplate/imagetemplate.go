@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/images/imageconfig"
 	"github.com/agentbox/agentbox/images/oci"
+	"github.com/agentbox/agentbox/snapshot"
 )
 
 // Phases reported besides images/oci's.
@@ -135,7 +136,7 @@ func (b *Builder) Build(ctx context.Context, req Request, progress func(oci.Prog
 		}
 	}()
 	progress(oci.Progress{Phase: PhaseSnapshot})
-	sn, err := b.Sandboxes.Snapshot(ctx, sb.ID, sandbox.SnapshotOptions{Kind: "step", CacheKey: "image:" + base.Digest,
+	sn, err := b.Sandboxes.Snapshot(ctx, sb.ID, sandbox.SnapshotOptions{Kind: snapshot.KindStep, CacheKey: "image:" + base.Digest,
 		Env: base.Config.Env, Cwd: base.Config.WorkingDir, User: base.Config.User})
 	if err != nil {
 		return Result{}, fmt.Errorf("snapshot: %w", err)

@@ -6,18 +6,16 @@ import (
 	"github.com/agentbox/agentbox/hostd/cgroup"
 )
 
-// cgroupLedger is the ledger of the cgroups this hostd holds: each one made for a
-// VMM it starts (vmms.place) or opened for one it adopts (readopt), from
-// then until its box removes it. The reaper takes only a group that
-// nobody holds, and keeps the ledger locked while it does, so a create,
-// resume or fork of the same id cannot make the group again between the
-// reaper's check and its kill. The lock is one for all ids: while the
-// reaper takes an orphan (a kill, then a wait of at most a second for its
-// processes to go), every placement waits; orphans are rare, and a
-// placement is a few cgroup writes. (The reaper's other checks, the live set
-// and the record's state, are read at different moments: a resume that
-// registers its box between the two looked like an orphan, and its new
-// VMM was killed.)
+// cgroupLedger is the ledger of the cgroups this hostd holds: each one
+// made for a VMM it starts (vmmPlacer.place) or opened for one it adopts
+// (readopt), from then until its runningVM removes it. The reaper takes
+// only a group that nobody holds, and keeps the ledger locked while it
+// does, so a create, resume or fork of the same id cannot make the group
+// again between the reaper's check and its kill. The ledger, not the live
+// set or the record's state, is what the reaper asks: those two are read
+// at different moments, and a VM registered between them would look like
+// an orphan. One lock serves all ids: orphans are rare and a placement is
+// a few cgroup writes.
 type cgroupLedger struct {
 	mu   sync.Mutex
 	held map[string]int

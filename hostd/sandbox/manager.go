@@ -117,7 +117,7 @@ type Manager struct {
 	reg   registry
 	pools poolRegistry
 	warm  warmPools
-	bases *snapshot.Bases
+	bases *snapshot.BaseCatalog
 	// timeouts kills execs past their timeout; takeover takes over an
 	// earlier hostd's execs.
 	timeouts *execTimeouts
@@ -211,7 +211,7 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps, jail: jl}
 	m.warm = warmPools{pools: &m.pools, store: opts.Store, nets: &m.nets, reg: &m.reg, vms: m, log: opts.Logger, spawn: m.spawn,
 		closing: m.closing, dataDir: opts.DataDir, bootTimeout: opts.BootTimeout, summary: opts.Recorder != nil}
-	m.bases = snapshot.NewBases(basesConfig(opts), opts.Store, snaps, opts.Logger)
+	m.bases = snapshot.NewBaseCatalog(basesConfig(opts), opts.Store, snaps, opts.Logger)
 	m.warm.bases = m.bases
 	m.vmms = &vmmPlacer{backend: opts.Driver.Name(), cgroups: opts.Cgroups, nets: &m.nets, log: opts.Logger}
 	m.reaper = newReaper(opts, &m.reg, &m.pools, m.vmms)

@@ -205,9 +205,8 @@ func (b *runningVM) connect(ctx context.Context, timeout time.Duration) error {
 }
 
 // bootAttempt bounds one connection to a booting guest: a boot takes 1-3 s
-// here, more on a loaded machine, and a connection that got no answer by
-// then is dropped for a fresh, padded one (once, under two VM-heavy test
-// packages, a booted guest never answered its first connection).
+// under TCG, more on a loaded host, and a connection that got no answer by
+// then is dropped for a fresh, padded one.
 const bootAttempt = 20 * time.Second
 
 // Reconnect is connect for a restored or resumed VM, whose agent answers

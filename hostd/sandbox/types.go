@@ -3,40 +3,47 @@
 // snapshot engine (package snapshot), watches their VMs, and cleans up
 // everything a sandbox owned when it is deleted or its VM dies.
 //
+// A create reads top to bottom in create.go. Making a VM from a snapshot
+// (a fork's fan-out, a copy's restore, the wake, the base snapshots'
+// catalogue) is the snapshot engine's; this package hands it each copy's
+// config, network and cgroup, and keeps the records.
+//
 // The types, one concern each:
 //
 //   - Manager: the lifecycle core (create, delete, pause, resume, fork,
 //     snapshot, limits, recovery at start, Close).
-//   - Execs, Files, Templates: the exec sessions, the guest files and the
-//     templates with their warm pools, served over the Manager's sandboxes;
-//     Service puts them side by side for hostd's API.
+//   - Execs, Files, Templates, Snapshots: the exec sessions, the guest
+//     files, the templates with their warm pools and the snapshots' API,
+//     each holding only what it uses; Service puts them side by side for
+//     hostd's API.
 //   - entry and registry (registry.go): the one in-memory record per
-//     sandbox, from create to delete, across its VMs: its running box, its
+//     sandbox, from create to delete, across its VMs: its runningVM, its
 //     network attachment, usage meter, TTL timer, exec timeouts and the
 //     recorder's state.
-//   - box (box.go): one VM of a sandbox and its agent connection.
-//   - networks, flight, limitPolicy, reaper, pools and warm: the network
-//     attachments, the flight recorder's glue, limit resolution and each
-//     sandbox's stored limits, the orphan reaper, the warm pools and their
-//     filling and claiming.
-//   - bases (base.go): the built-in base snapshots, one per shape, and their
-//     warm pool.
-//   - vmms (vmms.go): where a VMM process goes (user, cgroup, limits) and
-//     its identity on disk, found again by a later hostd.
+//   - runningVM (runningvm.go): one VM of a sandbox and its agent
+//     connection.
+//   - netAttachments (netattach.go), recorderFeed (recorderfeed.go),
+//     limitPolicy (limits.go), reaper (reap.go), poolRegistry and warmPools
+//     (warmpools.go): the sandboxes' networks, what the flight recorder is
+//     fed, limit resolution and each sandbox's stored limits, the orphan
+//     reaper, the warm pools and their filling and claiming.
+//   - vmmPlacer (vmmplacer.go) and cgroupLedger (cgroupledger.go): where a
+//     VMM process goes (user, cgroup, limits) and its identity on disk,
+//     found again by a later hostd; the cgroups this hostd holds.
+//   - vmmJail (vmmjail.go): the VMMs' unprivileged users.
 //   - ttls, execTimeouts and takeover: the sandboxes' TTL timers, the
 //     execs' timeouts, and the execs an earlier hostd left running.
-//   - Snapshots (service.go): the snapshots' API (describe, list, delete).
 //
-// Lock order (outer first). box.op serializes the lifecycle operations of
-// one VM (snapshot, pause, delete), and entry.resume the resumes of one
-// sandbox; each is taken before any other lock of that sandbox and held
-// across the operation. guestCursor.mu is held while a batch of guest
-// events is recorded, and may take the locks below. Every other lock is a
-// leaf, held only to read or write its fields, never while calling out or
-// taking another lock: registry.mu, entry.mu, execLog.mu, pools.mu (released
-// before any pool.mu), pool.mu, ttl.mu, meter.mu, bases.mu and Manager.bgMu. box.mu is
-// a leaf too, but is held across the agent dial so that one connection is
-// made at a time.
+// Lock order (outer first). runningVM.op serializes the lifecycle
+// operations of one VM (snapshot, pause, delete), and entry.resume the
+// resumes of one sandbox; each is taken before any other lock of that
+// sandbox and held across the operation. guestCursor.mu is held while a
+// batch of guest events is recorded, and may take the locks below. Every
+// other lock is a leaf, held only to read or write its fields, never while
+// calling out or taking another lock: registry.mu, entry.mu, execLog.mu,
+// poolRegistry.mu (released before any pool.mu), pool.mu, ttl.mu, meter.mu,
+// snapshot.BaseCatalog's and Manager.bgMu. runningVM.mu is a leaf too, but
+// is held across the agent dial so that one connection is made at a time.
 //
 // Background work (VM and idle watchers, guest event polls, exec waits, pool
 // refills, timers) runs through Manager.spawn, and Close waits for it.
@@ -172,7 +179,8 @@ type Info struct {
 type SnapshotOptions struct {
 	// StayPaused leaves the sandbox paused after the capture.
 	StayPaused bool
-	// Kind is recorded: "snapshot" (default), "fork" or "step".
+	// Kind is recorded: snapshot.KindSnapshot (default), KindFork or
+	// KindStep.
 	Kind string
 	// CacheKey is recorded for template build steps.
 	CacheKey string

@@ -150,7 +150,7 @@ type warmPools struct {
 	store   poolStore
 	nets    *netAttachments
 	reg     *registry
-	bases   *snapshot.Bases
+	bases   *snapshot.BaseCatalog
 	vms     poolVMs
 	log     *slog.Logger
 	spawn   func(func()) bool
@@ -224,7 +224,9 @@ func (w *warmPools) discard(e poolEntry) {
 	w.reg.remove(e.b.id)
 }
 
-func (w *warmPools) refillLater(name string) { w.spawn(func() { w.refill(context.Background(), name) }) }
+func (w *warmPools) refillLater(name string) {
+	w.spawn(func() { w.refill(context.Background(), name) })
+}
 
 // refill restores sandboxes into a template's pool until it holds its size.
 func (w *warmPools) refill(ctx context.Context, name string) {
