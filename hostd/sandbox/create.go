@@ -267,6 +267,48 @@ func (m *Manager) start(ctx context.Context, rec store.Sandbox, opts CreateOptio
 	return b, err
 }
 
+// restore starts sandbox rec's VM from snapshot from (snapshot.Engine.StartCopy:
+// its overlay, network, cgroup and VM) and, when wake is set, wakes it as
+// a new sandbox. Without wake the VM stays paused (a warm pool entry).
+// With from.Gate set, sn is still being captured: its VMM starts now and
+// loads sn once the capture ended.
+func (m *Manager) restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*runningVM, error) {
+	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := m.jail.claim(rec.Dir); err != nil {
+		return nil, err
+	}
+	sn := from.Snapshot
+	b := m.newBox(ctx, rec)
+	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
+	b.overlay = b.nextOverlay()
+	// A sandbox restored and left asleep is a warm pool's: work done ahead,
+	// which yields the CPU to sandboxes in use until a claim wakes it.
+	b.background = !wake
+	ph := newPhases(m.log, rec.ID, "restore")
+	defer m.opts.Metrics.Since("restore", time.Now())
+	vm, err := m.snaps.StartCopy(ctx, m.opts.Driver, snapshot.Copy{From: from, Overlay: b.overlay, NetReady: netReady,
+		Config:  func() (vmm.Config, error) { return m.vmms.place(m.vmConfig(rec, b.overlay), b) },
+		Unplace: b.removeCgroup, Phase: ph.done})
+	if err != nil {
+		return nil, err
+	}
+	b.vm = vm
+	if !wake {
+		return b, nil
+	}
+	return b, m.wake(ctx, b, true)
+}
+
+// wake resumes a restored VM, connects its agent, and sets its clock,
+// entropy and (for a new sandbox) its identity before any user command
+// (snapshot.Wake).
+func (m *Manager) wake(ctx context.Context, b *runningVM, identity bool) error {
+	ph := newPhases(m.log, b.id, "wake")
+	return snapshot.Wake(ctx, b.vm, b, snapshot.WakeOptions{ID: b.id, Identity: identity, Timeout: m.opts.BootTimeout, Phase: ph.done})
+}
+
 // boot makes the sandbox's disk on opts.BaseImage ("" for hostd's base
 // image), starts its VM (on opts.Kernel and Initramfs, if set) and
 // connects its agent, in named steps.

@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"time"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
 	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/snapshot"
-	"github.com/agentbox/agentbox/vmm"
 )
 
 // snapshotStore is the persistence of snapshots and templates.
@@ -82,46 +79,4 @@ func (m *Manager) snapshot(ctx context.Context, id string, opts SnapshotOptions,
 	}
 	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionSnapshot, SnapshotID: sn.ID, Reason: sn.Kind})
 	return m.snaps.Info(ctx, sn)
-}
-
-// restore starts box rec from snapshot sn (snapshot.Engine.StartCopy:
-// its overlay, network, cgroup and VM) and, when wake is set, wakes it as
-// a new sandbox. Without wake the VM stays paused (a warm pool entry).
-// With from.Gate set, sn is still being captured: its VMM starts now and
-// loads sn once the capture ended.
-func (m *Manager) restore(ctx context.Context, rec store.Sandbox, from snapshot.From, wake bool, netReady func() error) (*runningVM, error) {
-	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := m.jail.claim(rec.Dir); err != nil {
-		return nil, err
-	}
-	sn := from.Snapshot
-	b := m.newBox(ctx, rec)
-	b.snapshotID, b.cwd, b.user = sn.ID, sn.Cwd, sn.User
-	b.overlay = b.nextOverlay()
-	// A sandbox restored and left asleep is a warm pool's: work done ahead,
-	// which yields the CPU to sandboxes in use until a claim wakes it.
-	b.background = !wake
-	ph := newPhases(m.log, rec.ID, "restore")
-	defer m.opts.Metrics.Since("restore", time.Now())
-	vm, err := m.snaps.StartCopy(ctx, m.opts.Driver, snapshot.Copy{From: from, Overlay: b.overlay, NetReady: netReady,
-		Config:  func() (vmm.Config, error) { return m.vmms.place(m.vmConfig(rec, b.overlay), b) },
-		Unplace: b.removeCgroup, Phase: ph.done})
-	if err != nil {
-		return nil, err
-	}
-	b.vm = vm
-	if !wake {
-		return b, nil
-	}
-	return b, m.wake(ctx, b, true)
-}
-
-// wake resumes a restored VM, connects its agent, and sets its clock,
-// entropy and (for a new sandbox) its identity before any user command
-// (snapshot.Wake).
-func (m *Manager) wake(ctx context.Context, b *runningVM, identity bool) error {
-	ph := newPhases(m.log, b.id, "wake")
-	return snapshot.Wake(ctx, b.vm, b, snapshot.WakeOptions{ID: b.id, Identity: identity, Timeout: m.opts.BootTimeout, Phase: ph.done})
 }
