@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -118,4 +119,28 @@ func newMachineID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// SavePaused saves running vm whole to dir for a later resume of the same
+// sandbox (vmm.Driver.Restore of dir, then Wake): the guest's filesystems
+// are flushed through f, the VM is paused, its device state and memory are
+// written to dir and synced, as the VM ends next. dir is made anew. The
+// VM stays paused; on error the caller resumes it.
+func SavePaused(ctx context.Context, vm vmm.VM, f Flusher, dir string) error {
+	if err := errors.Join(f.Freeze(ctx), f.Thaw(ctx)); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := vm.Pause(ctx); err != nil {
+		return err
+	}
+	if err := vm.Snapshot(ctx, dir); err != nil {
+		return err
+	}
+	return SyncVMFiles(dir)
 }

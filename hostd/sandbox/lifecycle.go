@@ -55,27 +55,14 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	return m.Get(ctx, id)
 }
 
+// savePaused saves b's VM to dir (snapshot.SavePaused) and records it
+// paused there.
 func (m *Manager) savePaused(ctx context.Context, b *runningVM, dir string) error {
 	c, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
-	if err := errors.Join(c.Freeze(ctx), c.Thaw(ctx)); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := b.vm.Pause(ctx); err != nil {
-		return err
-	}
-	if err := b.vm.Snapshot(ctx, dir); err != nil {
-		return err
-	}
-	if err := snapshot.SyncVMFiles(dir); err != nil { // the VM ends next
+	if err := snapshot.SavePaused(ctx, b.vm, c, dir); err != nil {
 		return err
 	}
 	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd, User: b.user})
