@@ -130,6 +130,9 @@ type Config struct {
 	// MountRoots are the host directories under which sandboxes' host
 	// mounts may take their source; none disables host mounts.
 	MountRoots []string
+	// Now, if set, is the clock that service URLs' share links expire by
+	// (tests, which move it instead of waiting); nil is time.Now.
+	Now func() time.Time
 }
 
 // CacheDir returns AGENTBOX_CACHE or DefaultCacheDir.

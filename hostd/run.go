@@ -109,7 +109,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	go func() { defer close(reaped); mgr.Reap(rctx, cfg.ReapInterval) }() // zero: sandbox.DefaultReapInterval
 	defer func() { stopReaper(); <-reaped }()
 	authn := auth.New(st)
-	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log})
+	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log, Now: cfg.Now})
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
 	}

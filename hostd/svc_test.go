@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,14 +35,24 @@ type svcEnv struct {
 	tok  string
 	// http reaches any Host through hostd, whatever the name resolves to.
 	http *http.Client
+	// clock is what hostd's share links expire by.
+	clock *aheadClock
 }
+
+// aheadClock is time.Now moved ahead by what a test adds: a share link
+// expires when the test says, not after a wait.
+type aheadClock struct{ ahead atomic.Int64 }
+
+func (c *aheadClock) now() time.Time          { return time.Now().Add(time.Duration(c.ahead.Load())) }
+func (c *aheadClock) advance(d time.Duration) { c.ahead.Add(int64(d)) }
 
 const svcDomain = "localhost"
 
-// startSvcHostd is startHostd with a domain; it returns the bound address.
-func startSvcHostd(t *testing.T) (*client.Client, string) {
+// startSvcHostd is startHostd with a domain and share links on clock; it
+// returns the bound address.
+func startSvcHostd(t *testing.T, clock *aheadClock) (*client.Client, string) {
 	t.Helper()
-	u, stop := runHostd(t, vmmtest.ShortTempDir(t), func(cfg *hostd.Config) { cfg.Domain = svcDomain })
+	u, stop := runHostd(t, vmmtest.ShortTempDir(t), func(cfg *hostd.Config) { cfg.Domain, cfg.Now = svcDomain, clock.now })
 	t.Cleanup(stop)
 	c, err := client.New(u, testKey)
 	if err != nil {
@@ -52,7 +63,8 @@ func startSvcHostd(t *testing.T) (*client.Client, string) {
 
 func newSvcEnv(t *testing.T) *svcEnv {
 	t.Helper()
-	c, addr := startSvcHostd(t)
+	clock := &aheadClock{}
+	c, addr := startSvcHostd(t, clock)
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
 	if err != nil {
@@ -63,7 +75,7 @@ func newSvcEnv(t *testing.T) *svcEnv {
 			t.Errorf("delete sandbox: %v", err)
 		}
 	})
-	e := &svcEnv{c: c, addr: addr, sb: sb}
+	e := &svcEnv{c: c, addr: addr, sb: sb, clock: clock}
 	e.http = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -287,9 +299,7 @@ func checkCredentials(t *testing.T, e *svcEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for time.Now().Before(short.ExpiresAt.Add(100 * time.Millisecond)) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	e.clock.advance(time.Second) // the link's whole life
 	if code, body := e.fetch(t, e.hostURL(8000, "/?token="+short.Token), nil); code != 403 {
 		t.Errorf("expired share link: got %d %q, want 403", code, body)
 	}

@@ -95,16 +95,60 @@ func TestHandleOfAProcessThatJustExited(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	beforeWatch = func() { time.Sleep(100 * time.Millisecond) } // the poller sees the exit first
+	polled := make(chan error, 1)
+	beforeWatch = func() { polled <- pollerRan() } // the poller sees the exit first
 	t.Cleanup(func() { beforeWatch = nil })
 	h, err := watchPidfd(Process{PID: pid}, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-h.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatal("Done not closed for a process that had exited")
+	}
+}
+
+// pollerRan returns once the runtime's poller has taken the readiness of
+// every file that was ready when it was called: a read of a pipe waits in
+// the poller, the pipe is written, and the read wakes only from a poll
+// that came after the write, which reports all that is ready at once.
+func pollerRan() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	defer w.Close()
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return err
+	}
+	asked := make(chan struct{})
+	woke := make(chan error, 1)
+	go func() {
+		first := true
+		woke <- rc.Read(func(uintptr) bool {
+			if first { // not ready: the read waits in the poller
+				first = false
+				close(asked)
+				return false
+			}
+			return true
+		})
+	}()
+	<-asked
+	if _, err := w.Write([]byte{0}); err != nil {
+		return err
+	}
+	select {
+	case err := <-woke:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("the poller never reported a written pipe")
 	}
 }

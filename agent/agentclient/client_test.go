@@ -183,7 +183,7 @@ func TestExecSlowReaderLosesNothing(t *testing.T) {
 		next += uint64(len(o.Data))
 		h.Write(o.Data)
 		n += int64(len(o.Data))
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the slow reader under test, no synchronisation
 		return nil
 	})
 	if err != nil {

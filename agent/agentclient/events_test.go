@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/guestinit/watch"
+	"github.com/agentbox/agentbox/internal/waitfor"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -85,14 +86,18 @@ func TestNextEvents(t *testing.T) {
 	if err != nil || got.Lost != 2 || len(got.Events) != 2 || got.Events[0].Seq != 3 || got.Head != 6 {
 		t.Errorf("after a wrap: got %+v, %v; want lost 2, events 3 and 4 of head 6", got, err)
 	}
-	// Waiting at the head returns the next event when it comes.
+	// Waiting at the head returns the next event when it comes, added once
+	// the guest's Next waits. (A wait that ended without the event would
+	// return none.)
+	waited := make(chan error, 1)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
-		ring.Add(&agentv1.GuestEvent{Kind: &agentv1.GuestEvent_File{File: &agentv1.FileEvent{Op: "created", Path: "/g"}}})
+		var err error
+		got, err = c.NextEvents(ctx, 6, time.Minute, 0)
+		waited <- err
 	}()
-	// (A wait that ended without the event would return none.)
-	got, err = c.NextEvents(ctx, 6, time.Minute, 0)
-	if err != nil || len(got.Events) != 1 || got.Events[0].Seq != 7 {
+	waitfor.Blocked(t, "watch.(*Ring).Next")
+	ring.Add(&agentv1.GuestEvent{Kind: &agentv1.GuestEvent_File{File: &agentv1.FileEvent{Op: "created", Path: "/g"}}})
+	if err := <-waited; err != nil || len(got.Events) != 1 || got.Events[0].Seq != 7 {
 		t.Errorf("wait: got %+v, %v; want event 7", got, err)
 	}
 	// And times out without one: no events, no error.

@@ -25,7 +25,8 @@ func TestAwaitDrainedKeepsBufferedOutput(t *testing.T) {
 	drained := make(chan struct{})
 	got := make(chan string, 1)
 	go func() {
-		// The pump starts late, after the first drain interval.
+		// The pump starts late, after the first drain interval: the
+		// lateness is the case under test, no synchronisation.
 		time.Sleep(2 * drainAfterExit)
 		buf := make([]byte, 16)
 		n, _ := r.Read(buf)

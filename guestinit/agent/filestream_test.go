@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbox/agentbox/agent/channel"
+	"github.com/agentbox/agentbox/internal/waitfor"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -79,7 +80,7 @@ func TestFileStreamReadAbandoned(t *testing.T) {
 	if _, _, err := channel.ReadFrame(host, channel.FrameOpen); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the guest fills the window and waits
+	waitfor.Blocked(t, "yamux.(*Stream).write") // the guest fills the window and waits
 	host.Close()
 	returns(t, done, "abandoned read")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/ttrpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentbox/agentbox/internal/waitfor"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -66,7 +67,8 @@ func TestMountFloodBounded(t *testing.T) {
 		}
 	}()
 	// Give the flood time to get as far as hostd lets it (a bounded wait
-	// for a bad outcome; nothing asserts how long anything takes).
+	// for a bad outcome, not a synchronisation: nothing signals "hostd
+	// will read no more"; nothing asserts how long anything takes).
 	for i := 0; i < 50 && sent.Load() < flood; i++ {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -80,9 +82,7 @@ func TestMountFloodBounded(t *testing.T) {
 	go io.Copy(io.Discard, guest)
 	junk := make([]byte, 1<<16)
 	rand.Read(junk)
-	for sent.Load() < flood {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Cond(t, "the rest of the flood", func() bool { return sent.Load() == flood })
 	guest.Write(junk)
 	guest.Close()
 	<-done

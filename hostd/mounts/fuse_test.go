@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/guestinit/mount"
+	"github.com/agentbox/agentbox/internal/waitfor"
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -219,7 +220,7 @@ func TestFUSEReconnect(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitfor.Blocked(t, "mount.(*Service).current") // the op waits for a stream
 	h.connect()
 	if err := <-done; err != nil {
 		t.Fatalf("op across the reconnect: %v", err)

@@ -57,6 +57,9 @@ type Options struct {
 	// mode 0600) and public-ports.json.
 	DataDir string
 	Logger  *slog.Logger
+	// Now is the clock that share links are made and checked by; nil is
+	// time.Now (a test moves it to expire a link).
+	Now func() time.Time
 }
 
 // Proxy serves service URLs in front of another handler.
@@ -89,8 +92,12 @@ func New(opts Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	p := &Proxy{sbx: opts.Sandboxes, auth: opts.Auth, domain: normDomain(opts.Domain),
-		sign: &signer{key: key, now: time.Now}, public: pub, log: log,
+		sign: &signer{key: key, now: now}, public: pub, log: log,
 		res: resumer{pending: map[string]chan struct{}{}}}
 	p.tr = &http.Transport{
 		DialContext:           p.dial,

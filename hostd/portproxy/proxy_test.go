@@ -131,6 +131,28 @@ func TestRouting(t *testing.T) {
 	}
 }
 
+// TestShareLinksByOptionsNow: share links are made and checked by
+// Options.Now, so a clock moved to a link's expiry expires it.
+func TestShareLinksByOptionsNow(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	p, err := New(Options{Sandboxes: &fakeSandboxes{}, DataDir: t.TempDir(), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	share, exp, err := p.ShareToken("sb-1", 80, time.Hour)
+	if err != nil || !exp.Equal(now.Add(time.Hour)) {
+		t.Fatalf("got expiry %v, %v; want %v", exp, err, now.Add(time.Hour))
+	}
+	if v, _ := p.sign.check(share, "sb-1", 80); v != valid {
+		t.Errorf("before its expiry: got verdict %d, want valid", v)
+	}
+	now = exp
+	if v, _ := p.sign.check(share, "sb-1", 80); v != expired {
+		t.Errorf("at its expiry: got verdict %d, want expired", v)
+	}
+}
+
 func TestCredentials(t *testing.T) {
 	p, h, last := newTestProxy(t)
 	const u = "http://80-sb-1.sb.example/"

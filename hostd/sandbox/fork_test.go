@@ -3,43 +3,68 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/waitfor"
 	"github.com/agentbox/agentbox/vmm"
 )
 
-// restoreCounter is a driver whose restores take a while and are counted:
-// how many ran at once, at most.
+// restoreCounter is a driver whose restores are counted: how many ran at
+// once, at most. Each restore waits until limit of them are in flight, or
+// all total have begun, so that the copies pile up as far as the fork lets
+// them.
 type restoreCounter struct {
 	vmm.Driver
-	mu        sync.Mutex
-	cur, most int
+	limit, total int
+	mu           sync.Mutex
+	piled        sync.Cond // on mu: cur or begun grew
+	cur, most    int
+	begun        int
+}
+
+func newRestoreCounter(d vmm.Driver, limit, total int) *restoreCounter {
+	c := &restoreCounter{Driver: d, limit: limit, total: total}
+	c.piled.L = &c.mu
+	return c
 }
 
 func (d *restoreCounter) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
 	d.mu.Lock()
 	d.cur++
+	d.begun++
 	d.most = max(d.most, d.cur)
+	d.piled.Broadcast()
+	late := false
+	guard := time.AfterFunc(waitfor.Timeout, func() { d.mu.Lock(); late = true; d.piled.Broadcast(); d.mu.Unlock() })
+	for d.cur < d.limit && d.begun < d.total && !late {
+		d.piled.Wait()
+	}
+	guard.Stop()
+	failed, cur, begun := late, d.cur, d.begun
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
 		d.cur--
 		d.mu.Unlock()
 	}()
-	time.Sleep(30 * time.Millisecond) // long enough for the others to pile up
+	if failed {
+		return nil, fmt.Errorf("restoreCounter: %d restores at once, %d of %d begun, after %v: the others did not pile up",
+			cur, begun, d.total, waitfor.Timeout)
+	}
 	return d.Driver.Restore(ctx, cfg, dir)
 }
 
 // TestForkStartsCopiesForkParallelAtATime forks 5 copies with
-// ForkParallel 2: every copy runs, and no more than 2 restored at once.
+// ForkParallel 2: every copy runs, and 2 restored at once, no more.
 func TestForkStartsCopiesForkParallelAtATime(t *testing.T) {
 	var d *restoreCounter
 	e := newEnv(t, func(o *Options) {
 		o.ForkParallel = 2
-		d = &restoreCounter{Driver: o.Driver}
+		d = newRestoreCounter(o.Driver, 2, 5)
 		o.Driver = d
 	})
 	src := e.create(CreateOptions{})
@@ -57,8 +82,8 @@ func TestForkStartsCopiesForkParallelAtATime(t *testing.T) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.most < 1 || d.most > 2 {
-		t.Errorf("restores at once: got at most %d, want 1..2", d.most)
+	if d.most != 2 {
+		t.Errorf("restores at once: got at most %d, want 2", d.most)
 	}
 }
 

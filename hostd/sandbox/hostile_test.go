@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/sandbox/sandboxtest"
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/waitfor"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
@@ -173,7 +174,8 @@ func TestHostileAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeIdle()
-	time.Sleep(200 * time.Millisecond) // let the closed connections' goroutines end
+	// The closed connections' goroutines end, client's and server's.
+	waitfor.Gone(t, "net/http.(*persistConn).readLoop", "net/http.(*persistConn).writeLoop", "net/http.(*conn).serve")
 	goroutines := runtime.NumGoroutine()
 
 	hb, vm := h.create(t)

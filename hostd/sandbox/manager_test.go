@@ -10,12 +10,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/agentbox/agentbox/hostd/store"
+	"github.com/agentbox/agentbox/internal/waitfor"
+	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
@@ -480,27 +484,76 @@ func TestConcurrentResumesOfOneSandbox(t *testing.T) {
 	}
 }
 
+// heldRestores is a driver whose restores tell begun (if it has room) and
+// wait for release; it counts those in flight.
+type heldRestores struct {
+	vmm.Driver
+	n       atomic.Int32
+	begun   chan struct{}
+	release chan struct{}
+}
+
+func (d *heldRestores) Restore(ctx context.Context, cfg vmm.Config, dir string) (vmm.VM, error) {
+	d.n.Add(1)
+	defer d.n.Add(-1)
+	select {
+	case d.begun <- struct{}{}:
+	default:
+	}
+	select {
+	case <-d.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return d.Driver.Restore(ctx, cfg, dir)
+}
+
 // Close must wait for background work: a warm pool being filled, TTL
-// timers, watchers. The cleanup's goleak check fails on any goroutine left.
+// timers, watchers. Close begins while a refill's restore is held; it
+// returns once that restore is done, and no restore begins after it. The
+// cleanup's goleak check fails on any goroutine left.
 func TestCloseWaitsForPoolRefill(t *testing.T) {
-	e := newEnv(t)
+	var e *env
+	d := &heldRestores{begun: make(chan struct{}, 1), release: make(chan struct{})}
+	closed := -1 // restores when Close returned
+	// This runs after newEnv's cleanup, whose goleak check waits for every
+	// goroutine to end: a restore that began after Close has begun by now.
+	t.Cleanup(func() {
+		if n := e.d.Restores(); closed >= 0 && n != closed {
+			t.Errorf("restores went on after Close: %d, then %d", closed, n)
+		}
+	})
+	e = newEnv(t, func(o *Options) { d.Driver, o.Driver = o.Driver, d })
+	release := sync.OnceFunc(func() { close(d.release) })
+	defer release() // a test that failed early lets the refill end
 	ctx := context.Background()
 	info := e.create(CreateOptions{})
 	sn, err := e.m.Snapshot(ctx, info.ID, SnapshotOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.d.SetStartDelay(200 * time.Millisecond) // refills are slow to restore
 	if _, err := e.svc.CreateTemplate(ctx, "warm", sn.ID, 2); err != nil {
 		t.Fatal(err)
 	}
 	e.create(CreateOptions{TimeoutS: 3600})
-	e.close()
-	n := e.d.Restores()
-	time.Sleep(300 * time.Millisecond)
-	if e.d.Restores() != n {
-		t.Errorf("restores went on after Close: %d, then %d", n, e.d.Restores())
+	select {
+	case <-d.begun:
+	case <-time.After(waitfor.Timeout):
+		t.Fatal("the pool's refill never began")
 	}
+	done := make(chan struct{})
+	go func() { defer close(done); e.close() }()
+	waitfor.Cond(t, "Close to begin", e.m.closing)
+	release()
+	select {
+	case <-done:
+	case <-time.After(waitfor.Timeout):
+		t.Fatal("Close never returned")
+	}
+	if n := d.n.Load(); n != 0 {
+		t.Errorf("Close returned with %d restores in flight", n)
+	}
+	closed = e.d.Restores()
 }
 
 func TestWarmPoolClaim(t *testing.T) {

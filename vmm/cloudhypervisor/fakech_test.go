@@ -218,7 +218,7 @@ func (f *fakeCH) respond(req *http.Request, body []byte, fds []int) (*http.Respo
 		a = answer{status: http.StatusBadRequest, body: []string{"off-spec request", err.Error()}}
 	} else {
 		if d := f.opts.delay[endpoint]; d > 0 {
-			time.Sleep(d)
+			time.Sleep(d) // the slow endpoint a test asked for, no synchronisation
 		}
 		a = f.handle(endpoint, body, fds)
 		if a.violation != "" {

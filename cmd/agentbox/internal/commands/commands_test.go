@@ -18,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/api/apitest"
 	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/internal/waitfor"
 )
 
 const testKey = "ab_cli-test"
@@ -225,12 +226,10 @@ func TestRunInterrupted(t *testing.T) {
 	done := make(chan result)
 	go func() { done <- env.run(t, ctx, "", "run", "block") }()
 	// Wait for the command to start, then "press Ctrl-C".
-	for {
-		if calls := env.m.Calls(); len(calls) > 0 && calls[len(calls)-1] == "Exec" {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Cond(t, "the command's Exec", func() bool {
+		calls := env.m.Calls()
+		return len(calls) > 0 && calls[len(calls)-1] == "Exec"
+	})
 	cancel()
 	got := <-done
 	if got.code != 130 {
