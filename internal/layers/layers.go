@@ -45,6 +45,7 @@ var TestKits = []string{
 	"internal/nettest",
 	"internal/s3test",
 	"internal/testwheel",
+	"internal/waitfor",
 	"sdk/sdktest",
 	"vmm/vmmtest",
 }
