@@ -754,8 +754,18 @@ type ExecResult struct {
 
 	// Signal The signal that ended the command, if any (e.g. SIGKILL).
 	Signal string `json:"signal,omitempty"`
+
+	// Stderr The error output as text (invalid UTF-8 bytes as U+FFFD; see stderr_b64).
 	Stderr string `json:"stderr"`
+
+	// StderrB64 The error output's exact bytes (base64, standard encoding), present only when they are not valid UTF-8; absent, stderr is the bytes.
+	StderrB64 []byte `json:"stderr_b64,omitempty"`
+
+	// Stdout The output as text (invalid UTF-8 bytes as U+FFFD; see stdout_b64).
 	Stdout string `json:"stdout"`
+
+	// StdoutB64 The output's exact bytes (base64, standard encoding), present only when they are not valid UTF-8; absent, stdout is the bytes.
+	StdoutB64 []byte `json:"stdout_b64,omitempty"`
 
 	// Truncated True when stdout or stderr was cut (at 16 MiB, or by hostd's 64 MiB bound on the collected output of concurrent commands).
 	Truncated bool `json:"truncated,omitempty"`

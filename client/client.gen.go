@@ -181,9 +181,13 @@ type ClientInterface interface {
 	// beyond that the output is cut and `truncated` is true. The collected
 	// output of all the commands running at once is bounded too (64 MiB per
 	// hostd): past that, output is cut the same way until one of them
-	// answers. Output is
-	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-	// for exact bytes.
+	// answers. `stdout` and `stderr` are the output as text: a stream that
+	// is valid UTF-8 is exactly that; one that is not (binary output, or a
+	// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+	// and its exact bytes are then also given, base64, in `stdout_b64` or
+	// `stderr_b64`. Those are absent when the text is the bytes, so a
+	// client that wants bytes takes `*_b64` when present, else the text
+	// encoded as UTF-8.
 	//
 	// With `stream=true` the response is `application/x-ndjson`: one
 	// ExecEvent JSON object per line, each written and flushed as it happens:
@@ -227,9 +231,13 @@ type ClientInterface interface {
 	// beyond that the output is cut and `truncated` is true. The collected
 	// output of all the commands running at once is bounded too (64 MiB per
 	// hostd): past that, output is cut the same way until one of them
-	// answers. Output is
-	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-	// for exact bytes.
+	// answers. `stdout` and `stderr` are the output as text: a stream that
+	// is valid UTF-8 is exactly that; one that is not (binary output, or a
+	// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+	// and its exact bytes are then also given, base64, in `stdout_b64` or
+	// `stderr_b64`. Those are absent when the text is the bytes, so a
+	// client that wants bytes takes `*_b64` when present, else the text
+	// encoded as UTF-8.
 	//
 	// With `stream=true` the response is `application/x-ndjson`: one
 	// ExecEvent JSON object per line, each written and flushed as it happens:
@@ -847,9 +855,13 @@ func (c *Raw) ListExecs(ctx context.Context, id SandboxID, reqEditors ...Request
 // beyond that the output is cut and `truncated` is true. The collected
 // output of all the commands running at once is bounded too (64 MiB per
 // hostd): past that, output is cut the same way until one of them
-// answers. Output is
-// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-// for exact bytes.
+// answers. `stdout` and `stderr` are the output as text: a stream that
+// is valid UTF-8 is exactly that; one that is not (binary output, or a
+// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+// and its exact bytes are then also given, base64, in `stdout_b64` or
+// `stderr_b64`. Those are absent when the text is the bytes, so a
+// client that wants bytes takes `*_b64` when present, else the text
+// encoded as UTF-8.
 //
 // With `stream=true` the response is `application/x-ndjson`: one
 // ExecEvent JSON object per line, each written and flushed as it happens:
@@ -903,9 +915,13 @@ func (c *Raw) ExecCommandWithBody(ctx context.Context, id SandboxID, params *Exe
 // beyond that the output is cut and `truncated` is true. The collected
 // output of all the commands running at once is bounded too (64 MiB per
 // hostd): past that, output is cut the same way until one of them
-// answers. Output is
-// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-// for exact bytes.
+// answers. `stdout` and `stderr` are the output as text: a stream that
+// is valid UTF-8 is exactly that; one that is not (binary output, or a
+// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+// and its exact bytes are then also given, base64, in `stdout_b64` or
+// `stderr_b64`. Those are absent when the text is the bytes, so a
+// client that wants bytes takes `*_b64` when present, else the text
+// encoded as UTF-8.
 //
 // With `stream=true` the response is `application/x-ndjson`: one
 // ExecEvent JSON object per line, each written and flushed as it happens:
@@ -3972,9 +3988,13 @@ type ClientWithResponsesInterface interface {
 	// beyond that the output is cut and `truncated` is true. The collected
 	// output of all the commands running at once is bounded too (64 MiB per
 	// hostd): past that, output is cut the same way until one of them
-	// answers. Output is
-	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-	// for exact bytes.
+	// answers. `stdout` and `stderr` are the output as text: a stream that
+	// is valid UTF-8 is exactly that; one that is not (binary output, or a
+	// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+	// and its exact bytes are then also given, base64, in `stdout_b64` or
+	// `stderr_b64`. Those are absent when the text is the bytes, so a
+	// client that wants bytes takes `*_b64` when present, else the text
+	// encoded as UTF-8.
 	//
 	// With `stream=true` the response is `application/x-ndjson`: one
 	// ExecEvent JSON object per line, each written and flushed as it happens:
@@ -4018,9 +4038,13 @@ type ClientWithResponsesInterface interface {
 	// beyond that the output is cut and `truncated` is true. The collected
 	// output of all the commands running at once is bounded too (64 MiB per
 	// hostd): past that, output is cut the same way until one of them
-	// answers. Output is
-	// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-	// for exact bytes.
+	// answers. `stdout` and `stderr` are the output as text: a stream that
+	// is valid UTF-8 is exactly that; one that is not (binary output, or a
+	// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+	// and its exact bytes are then also given, base64, in `stdout_b64` or
+	// `stderr_b64`. Those are absent when the text is the bytes, so a
+	// client that wants bytes takes `*_b64` when present, else the text
+	// encoded as UTF-8.
 	//
 	// With `stream=true` the response is `application/x-ndjson`: one
 	// ExecEvent JSON object per line, each written and flushed as it happens:
@@ -6658,9 +6682,13 @@ func (c *ClientWithResponses) ListExecsWithResponse(ctx context.Context, id Sand
 // beyond that the output is cut and `truncated` is true. The collected
 // output of all the commands running at once is bounded too (64 MiB per
 // hostd): past that, output is cut the same way until one of them
-// answers. Output is
-// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-// for exact bytes.
+// answers. `stdout` and `stderr` are the output as text: a stream that
+// is valid UTF-8 is exactly that; one that is not (binary output, or a
+// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+// and its exact bytes are then also given, base64, in `stdout_b64` or
+// `stderr_b64`. Those are absent when the text is the bytes, so a
+// client that wants bytes takes `*_b64` when present, else the text
+// encoded as UTF-8.
 //
 // With `stream=true` the response is `application/x-ndjson`: one
 // ExecEvent JSON object per line, each written and flushed as it happens:
@@ -6710,9 +6738,13 @@ func (c *ClientWithResponses) ExecCommandWithBodyWithResponse(ctx context.Contex
 // beyond that the output is cut and `truncated` is true. The collected
 // output of all the commands running at once is bounded too (64 MiB per
 // hostd): past that, output is cut the same way until one of them
-// answers. Output is
-// decoded as UTF-8 (invalid bytes become U+FFFD); use the streamed form
-// for exact bytes.
+// answers. `stdout` and `stderr` are the output as text: a stream that
+// is valid UTF-8 is exactly that; one that is not (binary output, or a
+// character cut at 16 MiB) is decoded with each invalid byte as U+FFFD,
+// and its exact bytes are then also given, base64, in `stdout_b64` or
+// `stderr_b64`. Those are absent when the text is the bytes, so a
+// client that wants bytes takes `*_b64` when present, else the text
+// encoded as UTF-8.
 //
 // With `stream=true` the response is `application/x-ndjson`: one
 // ExecEvent JSON object per line, each written and flushed as it happens:

@@ -107,6 +107,35 @@ func TestExec(t *testing.T) {
 	}
 }
 
+// TestExecBytes: a collected exec's output that is not UTF-8 comes back
+// as its exact bytes (StdoutBytes), its text with U+FFFD (issue 38 #11).
+func TestExecBytes(t *testing.T) {
+	ctx := context.Background()
+	c, m, _ := newTestClient(t)
+	sb, _ := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	bin := []byte{0x7f, 'E', 'L', 'F', 0xff, 0xfe, 0, 1}
+	m.SetExec(func(ctx context.Context, id string, req sandbox.ExecRequest, emit func(sandbox.ExecEvent) error) error {
+		return apitest.EmitAll(emit,
+			sandbox.ExecEvent{Type: sandbox.EventStart, ExecID: "e9"},
+			sandbox.ExecEvent{Type: sandbox.EventStdout, Data: bin},
+			sandbox.ExecEvent{Type: sandbox.EventStderr, Data: []byte("w\u00e4rn\n")},
+			sandbox.ExecEvent{Type: sandbox.EventExit})
+	})
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/bin/true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.StdoutBytes(); !bytes.Equal(got, bin) {
+		t.Errorf("stdout bytes: got %q, want %q", got, bin)
+	}
+	if want := "\x7fELF\ufffd\ufffd\x00\x01"; res.Stdout != want {
+		t.Errorf("stdout: got %q, want %q", res.Stdout, want)
+	}
+	if got := res.StderrBytes(); string(got) != "w\u00e4rn\n" || res.StderrB64 != nil {
+		t.Errorf("stderr: got %q (b64 %q), want the text and no b64", got, res.StderrB64)
+	}
+}
+
 func TestExecStream(t *testing.T) {
 	ctx := context.Background()
 	c, m, _ := newTestClient(t)

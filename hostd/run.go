@@ -56,11 +56,11 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return err
 	}
 	log.Info("vmm chosen", "vmm", health.VMM, "accel", health.Accel)
-	network, box, err := newNetwork(cfg, st)
+	met := metrics.New()
+	network, box, err := newNetwork(cfg, st, met)
 	if err != nil {
 		return err
 	}
-	met := metrics.New()
 	tp, err := recorder.NewTracerProvider(ctx, cfg.OTLPEndpoint)
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)

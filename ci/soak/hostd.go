@@ -195,8 +195,8 @@ func (h *hostdProc) stop() {
 			ph.Close()
 		}
 	}
-	if _, err := netns.InstallationOf(h.dataDir()).Sweep(nil); err != nil {
-		progress("namespaces left: %v", err)
+	if _, failed, err := netns.InstallationOf(h.dataDir()).Sweep(nil); err != nil || failed != nil {
+		progress("namespaces left: %v %v", failed, err)
 	}
 	// One log per run (named by its start), so a later run does not
 	// overwrite the log of one that failed.

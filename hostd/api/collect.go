@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"encoding/base64"
 	"net/http"
 	"strconv"
 	"sync"
@@ -95,15 +96,30 @@ func writeExecResult(w http.ResponseWriter, res ExecResult, stdout, stderr *coll
 		bw.WriteString(`,"signal":`)
 		writeJSONString(bw, [][]byte{[]byte(res.Signal)})
 	}
-	bw.WriteString(`,"stderr":`)
-	writeJSONString(bw, stderr.chunks)
-	bw.WriteString(`,"stdout":`)
-	writeJSONString(bw, stdout.chunks)
+	writeOutput(bw, "stderr", stderr.chunks)
+	writeOutput(bw, "stdout", stdout.chunks)
 	if res.Truncated {
 		bw.WriteString(`,"truncated":true`)
 	}
 	bw.WriteString("}\n")
 	_ = bw.Flush() // the status is sent; an error means the client went away
+}
+
+// writeOutput writes one output stream's members: its text as name and,
+// when the bytes are not valid UTF-8 (the text is not them), the bytes
+// base64 as name_b64.
+func writeOutput(w *bufio.Writer, name string, chunks [][]byte) {
+	w.WriteString(`,"` + name + `":`)
+	if writeJSONString(w, chunks) {
+		return
+	}
+	w.WriteString(`,"` + name + `_b64":"`)
+	enc := base64.NewEncoder(base64.StdEncoding, w)
+	for _, p := range chunks {
+		enc.Write(p)
+	}
+	enc.Close()
+	w.WriteByte('"')
 }
 
 const hexDigits = "0123456789abcdef"
@@ -113,28 +129,32 @@ const hexDigits = "0123456789abcdef"
 // U+2029 escaped, each byte of invalid UTF-8 as U+FFFD). A rune split
 // across chunks is joined first. Hand-rolled: encoding/json has no
 // streaming string encoder, and encoding each chunk with it would allocate
-// a copy or two of every output byte.
-func writeJSONString(w *bufio.Writer, chunks [][]byte) {
+// a copy or two of every output byte. It reports whether the chunks were
+// valid UTF-8 (the string is their bytes).
+func writeJSONString(w *bufio.Writer, chunks [][]byte) (valid bool) {
 	w.WriteByte('"')
+	valid = true
 	carry := make([]byte, 0, utf8.UTFMax) // the start of a rune split across chunks
 	for _, p := range chunks {
 		for len(carry) > 0 && len(p) > 0 {
 			carry, p = append(carry, p[0]), p[1:]
 			if utf8.FullRune(carry) {
-				carry = carry[:copy(carry, escapeRunes(w, carry, false))]
+				carry = carry[:copy(carry, escapeRunes(w, carry, false, &valid))]
 			}
 		}
 		if len(p) > 0 {
-			carry = append(carry[:0], escapeRunes(w, p, false)...)
+			carry = append(carry[:0], escapeRunes(w, p, false, &valid)...)
 		}
 	}
-	escapeRunes(w, carry, true)
+	escapeRunes(w, carry, true, &valid)
 	w.WriteByte('"')
+	return valid
 }
 
 // escapeRunes writes p escaped and returns its tail that may be the start
-// of a rune continued in the next chunk (none when last).
-func escapeRunes(w *bufio.Writer, p []byte, last bool) []byte {
+// of a rune continued in the next chunk (none when last). It clears *valid
+// at a byte that is not UTF-8.
+func escapeRunes(w *bufio.Writer, p []byte, last bool, valid *bool) []byte {
 	start := 0
 	for i := 0; i < len(p); {
 		b := p[i]
@@ -176,6 +196,7 @@ func escapeRunes(w *bufio.Writer, p []byte, last bool) []byte {
 		case r == utf8.RuneError && size == 1:
 			w.Write(p[start:i])
 			w.WriteString(`\ufffd`)
+			*valid = false
 		case r == '\u2028' || r == '\u2029':
 			w.Write(p[start:i])
 			w.WriteString(`\u202`)

@@ -13,13 +13,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
 // TestWriteExecResultMatchesJSON: the streamed encoding is byte for byte
 // what encoding/json writes, however the output is cut into chunks (runes
-// split across chunks, invalid UTF-8, HTML and control characters).
+// split across chunks, invalid UTF-8 with its bytes in *_b64, HTML and
+// control characters).
 func TestWriteExecResultMatchesJSON(t *testing.T) {
 	var all []byte
 	for b := range 256 {
@@ -31,15 +33,25 @@ func TestWriteExecResultMatchesJSON(t *testing.T) {
 		for _, size := range []int{1, 2, 3, 5, 7, 64, 1 << 20} {
 			out := chunked([]byte(s), size)
 			res := ExecResult{ExecID: "e1", ExitCode: -1, Signal: "SIGKILL", Truncated: true}
+			up := strings.ToUpper(s)
 			want, _ := json.Marshal(ExecResult{ExecID: res.ExecID, ExitCode: res.ExitCode, Signal: res.Signal, Truncated: true,
-				Stdout: s, Stderr: strings.ToUpper(s)})
+				Stdout: s, StdoutB64: invalidBytes(s), Stderr: up, StderrB64: invalidBytes(up)})
 			rec := &bodyRecorder{header: http.Header{}}
-			writeExecResult(rec, res, &collected{chunks: out}, &collected{chunks: chunked([]byte(strings.ToUpper(s)), size)})
+			writeExecResult(rec, res, &collected{chunks: out}, &collected{chunks: chunked([]byte(up), size)})
 			if got := bytes.TrimSuffix(rec.body.Bytes(), []byte("\n")); !bytes.Equal(got, want) {
 				t.Fatalf("chunks of %d of %q:\n got %s\nwant %s", size, s, got, want)
 			}
 		}
 	}
+}
+
+// invalidBytes is s's bytes when they are not valid UTF-8 (an ExecResult's
+// *_b64), else nil.
+func invalidBytes(s string) []byte {
+	if utf8.ValidString(s) {
+		return nil
+	}
+	return []byte(s)
 }
 
 func chunked(b []byte, size int) [][]byte {

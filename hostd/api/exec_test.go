@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,8 +38,39 @@ func TestExecCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ExecResult{ExecID: "e7", Stdout: "hi\n", Stderr: "oops", ExitCode: 3}
-	if res != want {
+	if !reflect.DeepEqual(res, want) {
 		t.Errorf("result: got %+v, want %+v", res, want)
+	}
+}
+
+// TestExecCollectedNotUTF8: a collected stream that is not valid UTF-8
+// (here a byte 0xff, and a rune whose bytes come in two events) keeps its
+// text with U+FFFD and gives its exact bytes in *_b64 (issue 38 #11); a
+// valid one has no *_b64.
+func TestExecCollectedNotUTF8(t *testing.T) {
+	env := newTestEnv(t)
+	env.m.SetExec(func(ctx context.Context, id string, req sandbox.ExecRequest, emit func(sandbox.ExecEvent) error) error {
+		return emitAll(emit,
+			sandbox.ExecEvent{Type: sandbox.EventStart, ExecID: "e7"},
+			sandbox.ExecEvent{Type: sandbox.EventStdout, Data: []byte("\x00bin\xff\xe2\x82")},
+			sandbox.ExecEvent{Type: sandbox.EventStdout, Data: []byte("\xac")},
+			sandbox.ExecEvent{Type: sandbox.EventStderr, Data: []byte("caf\xc3")},
+			sandbox.ExecEvent{Type: sandbox.EventStderr, Data: []byte("\xa9")},
+			sandbox.ExecEvent{Type: sandbox.EventExit},
+		)
+	})
+	resp := env.do(t, "POST", "/v1/sandboxes/sb1/exec", strings.NewReader(`{"cmd":["cat","/bin/true"]}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status: got %d, want 200", resp.StatusCode)
+	}
+	var raw map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"exec_id": "e7", "exit_code": float64(0),
+		"stdout": "\x00bin\ufffd\u20ac", "stdout_b64": "AGJpbv/igqw=", "stderr": "caf\u00e9"}
+	if !reflect.DeepEqual(raw, want) {
+		t.Errorf("result: got %v, want %v", raw, want)
 	}
 }
 

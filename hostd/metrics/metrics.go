@@ -1,7 +1,8 @@
 // Package metrics exports hostd's operator metrics in the Prometheus format:
 // sandboxes by state, operation latencies (create, restore, resume, fork,
-// exec), exec counts, warm pool sizes, and each VMM's memory and CPU from
-// its cgroup. hostd serves them at GET /metrics behind the API key.
+// exec), exec counts, warm pool sizes, leftover network namespaces that
+// could not be removed, and each VMM's memory and CPU from its cgroup. hostd
+// serves them at GET /metrics behind the API key.
 package metrics
 
 import (
@@ -27,6 +28,7 @@ type Metrics struct {
 	reg     *prometheus.Registry
 	latency *prometheus.HistogramVec
 	events  *prometheus.CounterVec
+	netns   prometheus.Counter
 }
 
 var _ sandbox.Observer = (*Metrics)(nil)
@@ -43,9 +45,17 @@ func New() *Metrics {
 		Name: "agentbox_recorder_events_total",
 		Help: "Events written to the flight recorder, by type.",
 	}, []string{"type"})
-	m.reg.MustRegister(m.latency, m.events)
+	m.netns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "agentbox_netns_unremoved_total",
+		Help: "Leftover sandbox network namespaces that the start-up sweep could not remove (busy) and left in place.",
+	})
+	m.reg.MustRegister(m.latency, m.events, m.netns)
 	return m
 }
+
+// NetnsUnremoved counts a leftover network namespace that could not be
+// removed.
+func (m *Metrics) NetnsUnremoved() { m.netns.Inc() }
 
 // Recorded counts n events of type typ written to the flight recorder.
 func (m *Metrics) Recorded(typ string, n int) {

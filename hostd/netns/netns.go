@@ -217,7 +217,7 @@ func ignoreClosed(err error) error {
 
 // Remove deletes the named namespace; a missing one is not an error.
 func Remove(name string) error {
-	path := bindDir + "/" + name
+	path := Path(name)
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("netns: unmount %s: %w", name, err)
 	}
@@ -247,30 +247,36 @@ func (inst Installation) List() ([]string, error) {
 }
 
 // Sweep removes every namespace of this installation whose sandbox keep does
-// not claim, and returns the ids it removed.
-func (inst Installation) Sweep(keep func(id string) bool) ([]string, error) {
+// not claim. It returns the ids it removed and, by id, the namespaces it
+// could not remove (one still mounted elsewhere is busy: EBUSY); err is a
+// listing that failed.
+func (inst Installation) Sweep(keep func(id string) bool) (removed []string, failed map[string]error, err error) {
 	ids, err := inst.List()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var removed []string
-	var errs []error
 	for _, id := range ids {
 		if keep != nil && keep(id) {
 			continue
 		}
 		if err := Remove(inst.Name(id)); err != nil {
-			errs = append(errs, err)
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[id] = err
 			continue
 		}
 		removed = append(removed, id)
 	}
-	return removed, errors.Join(errs...)
+	return removed, failed, nil
 }
+
+// Path is where the named namespace is bind-mounted.
+func Path(name string) string { return bindDir + "/" + name }
 
 // Exists reports whether a namespace of that name is bind-mounted.
 func Exists(name string) bool {
-	_, err := os.Stat(bindDir + "/" + name)
+	_, err := os.Stat(Path(name))
 	return err == nil
 }
 

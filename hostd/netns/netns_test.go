@@ -41,9 +41,9 @@ func TestCreateSweep(t *testing.T) {
 	if err := s.CloseSockets(); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := inst.Sweep(nil)
-	if err != nil || !slices.Equal(removed, []string{"sb-test1"}) {
-		t.Fatalf("Sweep = %v, %v", removed, err)
+	removed, failed, err := inst.Sweep(nil)
+	if err != nil || failed != nil || !slices.Equal(removed, []string{"sb-test1"}) {
+		t.Fatalf("Sweep = %v, %v, %v", removed, failed, err)
 	}
 	if Exists(s.Name) {
 		t.Fatalf("namespace %s still there", s.Name)

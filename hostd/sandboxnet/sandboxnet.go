@@ -39,14 +39,18 @@ type Options struct {
 	// and Recorder are filled in here.
 	Proxy  egress.Options
 	Logger *slog.Logger
+	// Unremoved, if set, counts each leftover namespace that Sweep could
+	// not remove (hostd/metrics).
+	Unremoved func()
 }
 
 // Service manages every sandbox's network.
 type Service struct {
-	inst  netns.Installation
-	st    Store
-	proxy *egress.Proxy
-	log   *slog.Logger
+	inst      netns.Installation
+	st        Store
+	proxy     *egress.Proxy
+	log       *slog.Logger
+	unremoved func()
 
 	mu  sync.Mutex
 	nss map[string]*netns.Sandbox
@@ -70,7 +74,10 @@ func New(opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Service{inst: netns.InstallationOf(opts.DataDir), st: opts.Store, log: opts.Logger, nss: map[string]*netns.Sandbox{}}
+	if opts.Unremoved == nil {
+		opts.Unremoved = func() {}
+	}
+	s := &Service{inst: netns.InstallationOf(opts.DataDir), st: opts.Store, log: opts.Logger, unremoved: opts.Unremoved, nss: map[string]*netns.Sandbox{}}
 	po := opts.Proxy
 	po.AnswerAddr = netns.HostIP.AsSlice()
 	po.Recorder = egress.RecorderFunc(s.record)
@@ -193,7 +200,10 @@ func (s *Service) Forget(ctx context.Context, id string) error {
 }
 
 // Sweep removes this installation's namespaces that belong to no live
-// sandbox (left by a hostd that was killed).
+// sandbox (left by a hostd that was killed). One it cannot remove (busy:
+// mounted again elsewhere) is logged, counted (Options.Unremoved) and
+// left: it names no live sandbox, and a hostd that refused to start for it
+// would serve none. Only a failed listing is an error.
 func (s *Service) Sweep() error {
 	s.mu.Lock()
 	live := make(map[string]bool, len(s.nss))
@@ -201,9 +211,13 @@ func (s *Service) Sweep() error {
 		live[id] = true
 	}
 	s.mu.Unlock()
-	removed, err := s.inst.Sweep(func(id string) bool { return live[id] })
+	removed, failed, err := s.inst.Sweep(func(id string) bool { return live[id] })
 	for _, id := range removed {
 		s.log.Warn("removed orphaned sandbox network namespace", "sandbox_id", id)
+	}
+	for id, ferr := range failed {
+		s.log.Error("cannot remove orphaned sandbox network namespace; left in place", "sandbox_id", id, "netns", s.inst.Name(id), "err", ferr)
+		s.unremoved()
 	}
 	return err
 }

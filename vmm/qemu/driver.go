@@ -24,6 +24,8 @@ import (
 const (
 	qmpSocket   = "qmp.sock"
 	agentSocket = "agent.sock"
+	// qemuLogFile is QEMU's stdout and stderr, appended to by every launch.
+	qemuLogFile = "qemu.log"
 )
 
 // Options configure the driver.
@@ -200,16 +202,21 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, args []string, o la
 	cmd.ExtraFiles = []*os.File{o.mem, tap, qmpListener}
 	cmd.Dir = cfg.Dir // see paths.go
 	cmd.SysProcAttr = jailAttr(cfg)
-	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, qemuLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
+	var logStart int64
+	if fi, err := logf.Stat(); err == nil {
+		logStart = fi.Size()
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := vmm.StartProcess(cmd); err != nil {
 		return nil, fmt.Errorf("qemu: start: %w", err)
 	}
 	vm := newVM(cmd, cfg, d.log)
+	vm.logStart = logStart
 	if cfg.Started != nil {
 		if err := cfg.Started(vm.PID()); err != nil {
 			return nil, errors.Join(err, vm.Stop(context.WithoutCancel(ctx)))

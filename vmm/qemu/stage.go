@@ -123,12 +123,37 @@ func (vm *VM) Load(ctx context.Context) error {
 	}
 	vm.incoming = nil
 	if err := vm.load(ctx, in); err != nil {
+		if vm.exitedUnsaid(err) {
+			err = errors.Join(err, vm.exitedErr("restore"))
+		}
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		return errors.Join(fmt.Errorf("qemu: restore: %w", err), vm.Stop(stopCtx), vm.qemuLog())
 	}
 	return nil
 }
+
+// exitedUnsaid reports whether QEMU has exited and err does not say so
+// (vmm.ErrNotRunning). On QMP's end (errQMPClosed), which comes before the
+// exit is reaped, it gives the exit a moment.
+func (vm *VM) exitedUnsaid(err error) bool {
+	if errors.Is(err, vmm.ErrNotRunning) {
+		return false
+	}
+	if errors.Is(err, errQMPClosed) {
+		t := time.NewTimer(exitReapWait)
+		defer t.Stop()
+		select {
+		case <-vm.done:
+		case <-t.C:
+		}
+	}
+	return vm.running() != nil
+}
+
+// exitReapWait is how long a failed load waits for QEMU's exit after its
+// QMP connection closed.
+const exitReapWait = time.Second
 
 func (vm *VM) load(ctx context.Context, in *incoming) error {
 	var err error

@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,10 @@ type VM struct {
 	mem *os.File
 	// incoming is the snapshot a restore's VM has yet to load (Load).
 	incoming *incoming
+
+	// logStart is the size of QEMU's log (qemuLogFile, appended to by
+	// every launch in the Dir) when this VM's QEMU started.
+	logStart int64
 
 	done     chan struct{}
 	doneOnce sync.Once
@@ -138,23 +143,32 @@ const qmpReadyTimeout = 2 * time.Minute
 
 // connectQMP connects to QEMU's QMP socket and waits for its greeting,
 // while QEMU runs and ctx lasts. A launch binds the socket before QEMU
-// starts (listenQMP), so the first try connects; the retries are for a
-// QEMU that exits meanwhile (its answer is that exit) or a socket gone.
+// starts (listenQMP), so the first try connects, and the connection waits
+// in the backlog for a greeting even after QEMU is gone (the host holds the
+// listening socket until the launch returns): the wait ends at QEMU's exit,
+// which is the answer (exitedErr). The retries are for a socket gone.
 func (vm *VM) connectQMP(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, qmpReadyTimeout)
 		defer cancel()
 	}
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := vm.onExit(cancel)
+	defer stop()
 	for {
-		q, err := dialQMP(ctx, vm.path(qmpSocket))
+		q, err := dialQMP(dctx, vm.path(qmpSocket))
 		if err == nil {
 			vm.qmp = q
 			return nil
 		}
+		if vm.running() != nil {
+			return vm.exitedErr("start")
+		}
 		select {
 		case <-vm.done:
-			return fmt.Errorf("qemu exited during start: %w", vm.waitErr)
+			return vm.exitedErr("start")
 		case <-ctx.Done():
 			return fmt.Errorf("qemu: qmp not ready: %w", err)
 		case <-time.After(5 * time.Millisecond):
@@ -162,13 +176,46 @@ func (vm *VM) connectQMP(ctx context.Context) error {
 	}
 }
 
-// qemuLog returns QEMU's own log as an error, for failed starts.
+// onExit calls f once QEMU has exited, unless the returned stop is called
+// first.
+func (vm *VM) onExit(f func()) (stop func()) {
+	quit := make(chan struct{})
+	go func() {
+		select {
+		case <-vm.done:
+			f()
+		case <-quit:
+		}
+	}()
+	return func() { close(quit) }
+}
+
+// exitedErr is the error of a QEMU that exited during step: it wraps
+// vmm.ErrNotRunning with QEMU's exit status. Its own words are in its log
+// (qemuLog), which a failed launch or load adds.
+func (vm *VM) exitedErr(step string) error {
+	return fmt.Errorf("qemu: exited during %s (%v): %w", step, vm.waitErr, vmm.ErrNotRunning)
+}
+
+// qemuLogLines is how many of its last lines qemuLog gives.
+const qemuLogLines = 20
+
+// qemuLog returns the last lines that QEMU wrote to its log (its stdout
+// and stderr) since this VM's launch, as an error, for failed starts.
 func (vm *VM) qemuLog() error {
-	b, _ := os.ReadFile(vm.path("qemu.log"))
+	b, _ := os.ReadFile(vm.path(qemuLogFile))
+	if vm.logStart <= int64(len(b)) {
+		b = b[vm.logStart:]
+	}
+	b = bytes.TrimRight(b, "\n")
 	if len(b) == 0 {
 		return nil
 	}
-	return fmt.Errorf("qemu said: %s", b)
+	lines := bytes.Split(b, []byte("\n"))
+	if len(lines) > qemuLogLines {
+		lines = lines[len(lines)-qemuLogLines:]
+	}
+	return fmt.Errorf("qemu said: %s", bytes.Join(lines, []byte("\n")))
 }
 
 func (vm *VM) running() error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,8 @@ func FakeConfig(t testing.TB, id, _ string) vmm.Config {
 }
 
 // RunContract checks the vmm.Driver and vmm.VM contract on tgt: Started
-// before the guest runs (and its error failing the start), Dial waiting for
+// before the guest runs (and its error failing the start), a missing disk
+// failing the start with its name, Dial waiting for
 // the guest and refusing an unserved port, exec over the agent channel,
 // concurrent streams, pause and resume, snapshot and a paused restore, the
 // optional staged restore and disk switch, config validation (Net), and Stop, gracefully and
@@ -84,6 +86,7 @@ func RunContract(t *testing.T, tgt Target) {
 	})
 	t.Run("invalid config", func(t *testing.T) { checkInvalidConfig(t, tgt, d) })
 	t.Run("started fails the start", func(t *testing.T) { checkStartedError(t, tgt, d) })
+	t.Run("missing disk fails the start", func(t *testing.T) { checkMissingDisk(t, tgt, d) })
 	t.Run("pause and resume", func(t *testing.T) { checkPauseResume(t, vm, c) })
 	t.Run("snapshot and restore", func(t *testing.T) { checkSnapshot(t, tgt, d, vm, c, cfg) })
 	t.Run("staged restore", func(t *testing.T) { checkStagedRestore(t, tgt, d, vm, c, cfg) })
@@ -186,6 +189,25 @@ func checkStartedError(t *testing.T, tgt Target, d vmm.Driver) {
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("pid %d still exists after the failed start (kill 0: %v)", pid, err)
+	}
+}
+
+// checkMissingDisk: a Start whose root disk file is missing fails, with an
+// error that names the file, once the VMM has refused it: not at the end of
+// the ctx (long here, so that a driver that waits it out fails on its
+// error's words, not on time).
+func checkMissingDisk(t *testing.T, tgt Target, d vmm.Driver) {
+	cfg := tgt.Config(t, "missing-disk", "")
+	cfg.Disks[0].Path = filepath.Join(cfg.Dir, "missing-root.qcow2")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vm, err := d.Start(ctx, cfg)
+	if err == nil {
+		_ = vm.Stop(context.Background())
+		t.Fatal("Start succeeded without its root disk")
+	}
+	if !strings.Contains(err.Error(), "missing-root.qcow2") || ctx.Err() != nil {
+		t.Errorf("got %v, want an error naming missing-root.qcow2", err)
 	}
 }
 

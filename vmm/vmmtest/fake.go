@@ -59,6 +59,10 @@ type FakeOptions struct {
 	// VM) the agent takes to answer: until then Dial waits, as on a booting
 	// guest.
 	BootDelay time.Duration
+	// CheckDisks makes Start and Restore fail, as a VMM does, when a disk
+	// file is missing: the error wraps vmm.ErrNotRunning and names the
+	// file. Off, the disks are not looked at (callers with no disk files).
+	CheckDisks bool
 }
 
 // NewFakeDriver returns a FakeDriver.
@@ -216,6 +220,9 @@ func (d *FakeDriver) launch(ctx context.Context, cfg vmm.Config, from string, st
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := d.checkDisks(cfg.Disks); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	delay, boot, identityErr := d.startDelay, d.bootDelay, d.identityErr
 	d.mu.Unlock()
@@ -253,6 +260,20 @@ func (d *FakeDriver) launch(ctx context.Context, cfg vmm.Config, from string, st
 	d.vms = append(d.vms, vm)
 	d.mu.Unlock()
 	return vm, nil
+}
+
+// checkDisks fails with vmm.ErrNotRunning, as a VMM that exits at its
+// start, for a disk file that is missing (CheckDisks).
+func (d *FakeDriver) checkDisks(disks []vmm.Disk) error {
+	if !d.opts.CheckDisks {
+		return nil
+	}
+	for i, disk := range disks {
+		if _, err := os.Stat(disk.Path); err != nil {
+			return fmt.Errorf("vmmtest: fake vmm exited at its start: disk %d: %v: %w", i, err, vmm.ErrNotRunning)
+		}
+	}
+	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

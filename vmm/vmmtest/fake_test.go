@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestFakeConformance holds the fake to the contract the backends pass.
 func TestFakeConformance(t *testing.T) {
 	RunContract(t, Target{
-		NewDriver: func(*testing.T) vmm.Driver { return NewFakeDriver(FakeOptions{}) },
+		NewDriver: func(*testing.T) vmm.Driver { return NewFakeDriver(FakeOptions{CheckDisks: true}) },
 		Config:    FakeConfig,
 	})
 }

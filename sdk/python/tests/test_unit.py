@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from agentbox import AgentboxError, Conflict, NotFound, SandboxNotRunning
-from agentbox._core import argv, exec_body, untar_safely
+from agentbox._core import ExecReader, argv, exec_body, untar_safely
 from agentbox._errors import error_from_response
 
 
@@ -63,3 +65,23 @@ def test_bodies() -> None:
     assert argv("echo hi") == ["sh", "-c", "echo hi"]
     assert argv(["ls", 1]) == ["ls", "1"]  # type: ignore[list-item]
     assert exec_body("x", "/tmp", {"A": "1"}, "in", 1.5) == {"cmd": ["sh", "-c", "x"], "cwd": "/tmp", "env": {"A": "1"}, "stdin": "in", "timeout_s": 2}
+
+
+def test_exec_output_not_utf8() -> None:
+    # Output that is not UTF-8 (a byte 0xff, a rune cut across two events)
+    # comes back exact in stdout_bytes; stdout is its text with U+FFFD, and
+    # the callback gets the text as it goes (issue 38 #11).
+    got = []
+    r = ExecReader(on_stdout=got.append)
+    for line in (
+        {"type": "start", "exec_id": "e1"},
+        {"type": "stdout", "data": base64.b64encode(b"\x00bin\xff\xe2\x82").decode()},
+        {"type": "stdout", "data": base64.b64encode(b"\xac").decode()},
+        {"type": "stderr", "data": base64.b64encode("w\u00e4rn".encode()).decode()},
+        {"type": "exit", "exit_code": 0},
+    ):
+        r.feed(json.dumps(line))
+    res = r.result()
+    assert res.stdout_bytes == b"\x00bin\xff\xe2\x82\xac"
+    assert res.stdout == "\x00bin\ufffd\u20ac" and "".join(got) == res.stdout
+    assert (res.stderr, res.stderr_bytes) == ("w\u00e4rn", "w\u00e4rn".encode())
