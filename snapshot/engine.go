@@ -111,6 +111,45 @@ type Engine struct {
 	log     *slog.Logger
 	checker *Checker
 	wg      sync.WaitGroup // manifests being written
+
+	// gcMu serializes removals (Delete, Collect) with holds: a snapshot
+	// held is never removed, and one removed is never held after.
+	gcMu  sync.Mutex
+	holds map[string]int
+}
+
+// Hold keeps snapshot id from Delete and Collect until as many Releases:
+// a snapshot that something is about to use (a fork's copies, a restore,
+// a template being made) before the store records that use. A hold of a
+// snapshot being removed waits for the removal; the caller then finds it
+// gone in the store.
+func (e *Engine) Hold(id string) {
+	e.gcMu.Lock()
+	defer e.gcMu.Unlock()
+	if e.holds == nil {
+		e.holds = map[string]int{}
+	}
+	e.holds[id]++
+}
+
+// Release ends one Hold of id.
+func (e *Engine) Release(id string) {
+	e.gcMu.Lock()
+	defer e.gcMu.Unlock()
+	if e.holds[id]--; e.holds[id] <= 0 {
+		delete(e.holds, id)
+	}
+}
+
+// HoldSnapshot holds snapshot id (Hold) and returns its record, or the
+// store's error (not found: it was removed first) with no hold.
+func (e *Engine) HoldSnapshot(ctx context.Context, id string) (Record, error) {
+	e.Hold(id)
+	sn, err := e.cfg.Store.GetSnapshot(ctx, id)
+	if err != nil {
+		e.Release(id)
+	}
+	return sn, err
 }
 
 // New returns an Engine.
@@ -169,6 +208,10 @@ type Options struct {
 	// before the VM's state is written: a fork stages its copies' VMMs
 	// there (Stage). It is not called for a VM that cannot plan.
 	Planned func(sn Record)
+	// Hold holds the new snapshot (Engine.Hold) from before its record
+	// exists: the caller releases it (Engine.Release) once the store
+	// records what uses it.
+	Hold bool
 }
 
 // Capture snapshots src: the guest's filesystems are flushed through f, the
@@ -287,7 +330,13 @@ func (e *Engine) capture(ctx context.Context, src *Source, opts Options, ph func
 		e.writeManifest(sn.Dir, names)
 	}()
 	sn.SizeBytes = size
+	if opts.Hold {
+		e.Hold(sn.ID)
+	}
 	if err := e.cfg.Store.PutSnapshot(ctx, sn); err != nil {
+		if opts.Hold {
+			e.Release(sn.ID)
+		}
 		return fail(err)
 	}
 	ph("record")
@@ -529,9 +578,23 @@ func (e *Engine) Info(ctx context.Context, sn Record) (Info, error) {
 // snapshots that freed. A snapshot that a sandbox, another snapshot or a
 // template still uses is refused with ErrInUse.
 func (e *Engine) Delete(ctx context.Context, id string) error {
+	if err := e.deleteOne(ctx, id); err != nil {
+		return err
+	}
+	e.Collect(ctx)
+	return nil
+}
+
+// deleteOne is Delete without the collection, under gcMu.
+func (e *Engine) deleteOne(ctx context.Context, id string) error {
+	e.gcMu.Lock()
+	defer e.gcMu.Unlock()
 	sn, err := e.cfg.Store.GetSnapshot(ctx, id)
 	if err != nil {
 		return err
+	}
+	if e.holds[id] > 0 {
+		return fmt.Errorf("%w: snapshot %s is being used (a fork, restore or template under way)", ErrInUse, id)
 	}
 	users, err := e.cfg.Store.SnapshotUsers(ctx, id)
 	if err != nil {
@@ -540,11 +603,7 @@ func (e *Engine) Delete(ctx context.Context, id string) error {
 	if len(users) > 0 {
 		return fmt.Errorf("%w: snapshot %s is used by %v", ErrInUse, id, users)
 	}
-	if err := e.remove(ctx, sn); err != nil {
-		return err
-	}
-	e.Collect(ctx)
-	return nil
+	return e.remove(ctx, sn)
 }
 
 func (e *Engine) remove(ctx context.Context, sn Record) error {
@@ -558,6 +617,8 @@ func (e *Engine) remove(ctx context.Context, sn Record) error {
 // Collect removes fork snapshots that nothing refers to any more,
 // repeating while removing one frees its parent.
 func (e *Engine) Collect(ctx context.Context) {
+	e.gcMu.Lock()
+	defer e.gcMu.Unlock()
 	for {
 		sns, err := e.cfg.Store.ListSnapshots(ctx)
 		if err != nil {
@@ -566,7 +627,7 @@ func (e *Engine) Collect(ctx context.Context) {
 		}
 		removed := 0
 		for _, sn := range sns {
-			if sn.Kind != KindFork {
+			if sn.Kind != KindFork || e.holds[sn.ID] > 0 {
 				continue
 			}
 			users, err := e.cfg.Store.SnapshotUsers(ctx, sn.ID)

@@ -11,7 +11,7 @@ import (
 // need of the sandbox manager.
 type SnapshotManager interface {
 	Snapshot(ctx context.Context, id string, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error)
-	Fork(ctx context.Context, id string, count int) ([]sandbox.Info, error)
+	Fork(ctx context.Context, id string, opts sandbox.ForkOptions) ([]sandbox.Info, error)
 	Pause(ctx context.Context, id string) (sandbox.Info, error)
 	Resume(ctx context.Context, id string) (sandbox.Info, error)
 	GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error)
@@ -43,7 +43,7 @@ func (s *server) ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxI
 		s.writeError(w, r, err)
 		return
 	}
-	forks, err := s.m.Fork(r.Context(), id, req.Count)
+	forks, err := s.m.Fork(r.Context(), id, sandbox.ForkOptions{Count: req.Count, Caller: KeyName(r.Context())})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -144,7 +144,7 @@ func (m *Manager) readopt(ctx context.Context, rec store.Sandbox, p vmm.Process)
 		m.log.Warn("guest clock not set", "sandbox_id", b.id, "err", err)
 	}
 	m.ttls.rearm(rec)
-	if _, err := m.adopt(ctx, b, rec); err != nil {
+	if _, err := m.adopt(ctx, b, rec, false); err != nil {
 		return err
 	}
 	if err := m.resumeMounts(ctx, b, rec.Dir); err != nil {

@@ -68,7 +68,7 @@ func TestBaseSnapshot(t *testing.T) {
 	}
 	// A restored sandbox has memory of its own, so its forks share their
 	// snapshot's memory file as a booted sandbox's do.
-	forks, err := m.Fork(ctx, restored.ID, 1)
+	forks, err := m.Fork(ctx, restored.ID, sandbox.ForkOptions{Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if err != nil {
 		return Info{}, err
 	}
+	if src != nil && opts.staged == nil {
+		defer m.snaps.Release(src.ID) // held by source until the copy is recorded
+	}
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
@@ -85,13 +88,16 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions) (Info, error) 
 		return Info{ID: rec.ID, State: StateFailed}, fmt.Errorf("sandbox: create: %w", err)
 	}
 	t0 := time.Now()
-	info, err := m.adopt(ctx, b, rec)
+	info, err := m.adopt(ctx, b, rec, true)
 	m.log.Debug("create phase", "sandbox_id", rec.ID, "phase", "adopt", "took", time.Since(t0))
 	return info, err
 }
 
 // source resolves opts.Snapshot or opts.Template to the snapshot to start
-// from, and takes its size, env and cwd into opts.
+// from, and takes its size, env and cwd into opts. The snapshot is held
+// (snapshot.Engine.HoldSnapshot), so that no delete takes it before the
+// sandbox's record names it: the caller releases it. A fork's staged copy
+// finds its snapshot held by the fork.
 func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snapshot, error) {
 	if opts.staged != nil { // a fork's copy, while its snapshot is made
 		sn := opts.staged.Planned()
@@ -112,7 +118,7 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 	if id == "" {
 		return nil, nil
 	}
-	sn, err := m.opts.Store.GetSnapshot(ctx, id)
+	sn, err := m.snaps.HoldSnapshot(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
@@ -120,6 +126,7 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 		return nil, err
 	}
 	if sn.Backend != m.opts.Driver.Name() {
+		m.snaps.Release(id)
 		return nil, fmt.Errorf("%w: snapshot %s was made by %s, and this hostd runs %s", ErrInvalid, id, sn.Backend, m.opts.Driver.Name())
 	}
 	fromSnapshot(opts, sn)
@@ -191,7 +198,7 @@ func (m *Manager) claimWarm(ctx context.Context, opts CreateOptions, basePool st
 		_ = m.setState(context.WithoutCancel(ctx), b.id, StateFailed, err.Error(), 0)
 		return Info{}, true, err
 	}
-	info, err = m.adopt(ctx, b, rec)
+	info, err = m.adopt(ctx, b, rec, true)
 	return info, true, err
 }
 
@@ -387,21 +394,31 @@ func (m *Manager) vmConfig(rec store.Sandbox, overlay string) vmm.Config {
 	}
 }
 
-// adopt makes a booted box a running sandbox: records, TTL, watcher.
-func (m *Manager) adopt(ctx context.Context, b *runningVM, rec store.Sandbox) (Info, error) {
+// adopt makes a booted box a running sandbox: records, guest limits,
+// TTL, watcher. The record says running only once all of it held: a VM
+// that fails here is stopped and its sandbox recorded failed, with the
+// reason; a new one's (fresh) files go with it, an existing one's disk
+// stays for its owner, as a failed sandbox's does.
+func (m *Manager) adopt(ctx context.Context, b *runningVM, rec store.Sandbox, fresh bool) (Info, error) {
 	rec.State, rec.VMPID = string(StateRunning), b.vm.PID()
 	err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user})
 	if err == nil { // the VMM's identity, as the VM has it (adopt.go)
 		err = writeVMState(b.dir, vmState{Backend: m.opts.Driver.Name(), Process: b.vm.Process()})
 	}
 	if err == nil {
-		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
-	}
-	if err == nil && State(rec.State) != StatePaused {
 		err = b.applyGuestLimits(ctx)
 	}
+	if err == nil {
+		err = m.setState(ctx, b.id, State(rec.State), "", rec.VMPID)
+	}
 	if err != nil {
-		m.teardown(b, err)
+		if fresh {
+			m.teardown(b, err)
+		} else {
+			m.stopBox(b, err)
+		}
+		m.reg.remove(b.id)
+		_ = m.setState(context.WithoutCancel(ctx), b.id, StateFailed, err.Error(), 0)
 		return Info{}, err
 	}
 	e := m.reg.get(b.id)

@@ -16,8 +16,12 @@ import (
 // (snapshot.Fork). Each fork gets its own disk overlay, hostname,
 // machine-id, entropy and clock; unchanged memory pages stay shared with
 // the snapshot. Where the backend stages restores (vmm.Stager), the first
-// copies start while the snapshot is made.
-func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error) {
+// copies start while the snapshot is made. The copies are admitted as
+// creates are, against the host's and the caller's maximums; the fork's
+// snapshot is held from the moment it exists until every copy is recorded
+// on it, so a delete of the parent meanwhile does not take it.
+func (m *Manager) Fork(ctx context.Context, id string, fo ForkOptions) ([]Info, error) {
+	count := fo.Count
 	if count < 1 || count > 64 {
 		return nil, fmt.Errorf("%w: count must be 1..64, got %d", ErrInvalid, count)
 	}
@@ -36,13 +40,20 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]Info, error
 	}
 	meta["forked_from"] = id
 	opts := CreateOptions{Env: parent.Env, Metadata: meta, TimeoutS: parent.TimeoutS, Network: m.nets.inherited(ctx, id),
-		Limits: m.limits.of(ctx, id), Mounts: mnts}
+		Limits: m.limits.of(ctx, id), Mounts: mnts, Caller: fo.Caller}
 	out := make([]Info, count)
+	var held string // the fork's snapshot, held by m.snapshot
+	defer func() {
+		if held != "" {
+			m.snaps.Release(held)
+		}
+	}()
 	_, isStager := m.opts.Driver.(vmm.Stager)
 	_, sn, err := snapshot.Fork(ctx, snapshot.ForkPlan{Count: count, Parallel: m.opts.ForkParallel, Staged: isStager,
 		Capture: func(ctx context.Context, planned func(snapshot.Record)) (snapshot.Record, error) {
 			sn, err := m.snapshot(ctx, id, SnapshotOptions{Kind: snapshot.KindFork}, planned)
 			if err == nil {
+				held = sn.ID
 				fault.Point("fork:snapshotted")
 			}
 			return snapshot.Record{ID: sn.ID}, err

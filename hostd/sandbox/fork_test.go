@@ -68,7 +68,7 @@ func TestForkStartsCopiesForkParallelAtATime(t *testing.T) {
 		o.Driver = d
 	})
 	src := e.create(CreateOptions{})
-	forks, err := e.m.Fork(context.Background(), src.ID, 5)
+	forks, err := e.m.Fork(context.Background(), src.ID, ForkOptions{Count: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestForkStagesCopiesDuringTheCapture(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.ForkParallel = 2 })
 	src := e.create(CreateOptions{})
 	e.d.HoldNextSnapshot(2)
-	forks, err := e.m.Fork(context.Background(), src.ID, 3)
+	forks, err := e.m.Fork(context.Background(), src.ID, ForkOptions{Count: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestForkStagedCopiesEndWithAFailedCapture(t *testing.T) {
 	src := e.create(CreateOptions{})
 	e.d.HoldNextSnapshot(2)
 	e.d.FailNextSnapshot(errors.New("disk full"))
-	if _, err := e.m.Fork(context.Background(), src.ID, 2); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if _, err := e.m.Fork(context.Background(), src.ID, ForkOptions{Count: 2}); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("fork: %v, want the snapshot's error", err)
 	}
 	if n := e.d.StagedEarly(); n != 2 {

@@ -281,7 +281,7 @@ func stealChannel(t *testing.T, m *sandbox.Manager, id string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build chanthief: %v: %s", err, out)
 	}
-	forks, err := m.Fork(ctx, id, 1)
+	forks, err := m.Fork(ctx, id, sandbox.ForkOptions{Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	// directory cannot change what it sees.
 	os.RemoveAll(v.PauseDir)
 	m.log.Info("sandbox resumed", "sandbox_id", id)
-	info, err := m.adopt(ctx, b, rec)
+	info, err := m.adopt(ctx, b, rec, false)
 	if err == nil && m.reg.get(id).takeEarlierExecs() {
 		m.takeover.run(ctx, b) // paused across a hostd restart
 	}

@@ -104,7 +104,7 @@ type limitPolicy struct {
 // resolve fills l from the defaults and checks it against the global
 // maximums.
 func (p *limitPolicy) resolve(l Limits) (Limits, error) {
-	return p.resolveMax(l, p.opts.Max, "")
+	return p.resolveMax(l, p.opts.Max, "", Limits{})
 }
 
 // keyMax is caller's maximums, and the words that name them in errors.
@@ -153,12 +153,13 @@ func (p *limitPolicy) resolveFor(l Limits, caller string) (Limits, error) {
 	mx.MaxPids = int(lower(float64(mx.MaxPids), float64(k.MaxPids)))
 	mx.ExecTimeoutS = int(lower(float64(mx.ExecTimeoutS), float64(k.ExecTimeoutS)))
 	mx.IdleTimeoutS = int(lower(float64(mx.IdleTimeoutS), float64(k.IdleTimeoutS)))
-	return p.resolveMax(l, mx, who)
+	return p.resolveMax(l, mx, who, k)
 }
 
-// resolveLimitsMax fills l from the defaults and checks it against mx; an
-// error names the maximum exceeded (and whose it is, in who).
-func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string) (Limits, error) {
+// resolveLimitsMax fills l from the defaults, caps what it leaves
+// unlimited at capTo's maximums (an API key's), and checks it against mx;
+// an error names the maximum exceeded (and whose it is, in who).
+func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string, capTo Limits) (Limits, error) {
 	d := p.opts.Default
 	fillF(&l.CPUQuota, d.CPUQuota)
 	fill(&l.HostMemoryMiB, d.HostMemoryMiB)
@@ -168,6 +169,7 @@ func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string) (Limits, error
 	fill(&l.MaxPids, d.MaxPids)
 	fill(&l.ExecTimeoutS, d.ExecTimeoutS)
 	fill(&l.IdleTimeoutS, d.IdleTimeoutS)
+	capUnlimited(&l, capTo, p.cgroups)
 	if l.OnTimeout == "" {
 		l.OnTimeout = d.OnTimeout
 	}
@@ -217,6 +219,24 @@ func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string) (Limits, error
 		return l, fmt.Errorf("%w: net_bps must be at least %d", ErrInvalid, netns.MinRate)
 	}
 	return l, nil
+}
+
+// capUnlimited gives each limit that l leaves unlimited (0) the maximum
+// of mx, where mx has one: an API key's maximum bounds "no limit" too, so
+// that its request (or its fork of another's sandbox) gets no more than
+// its maximum. The cgroup limits are capped only where cgroups enforce
+// them.
+func capUnlimited(l *Limits, mx Limits, cgroups bool) {
+	if cgroups {
+		fillF(&l.CPUQuota, mx.CPUQuota)
+		fill(&l.HostMemoryMiB, mx.HostMemoryMiB)
+	}
+	fill(&l.DiskMiB, mx.DiskMiB)
+	fill64(&l.DiskBps, mx.DiskBps)
+	fill64(&l.NetBps, mx.NetBps)
+	fill(&l.MaxPids, mx.MaxPids)
+	fill(&l.ExecTimeoutS, mx.ExecTimeoutS)
+	fill(&l.IdleTimeoutS, mx.IdleTimeoutS)
 }
 
 // num prints a limit in plain decimal (bytes per second are large, and %v

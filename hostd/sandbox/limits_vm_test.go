@@ -384,7 +384,7 @@ func TestVMMRunsUnprivileged(t *testing.T) {
 	}
 	run(t, m, sb.ID, "echo before > /root/f", 0)
 	// A snapshot makes QEMU open a new overlay after it dropped privileges.
-	forks, err := m.Fork(ctx, sb.ID, 1)
+	forks, err := m.Fork(ctx, sb.ID, sandbox.ForkOptions{Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -334,7 +334,7 @@ func TestForkFailsAtOnceOnAnAnsweredError(t *testing.T) {
 	ctx := context.Background()
 	src := e.create(CreateOptions{})
 	e.d.RefuseIdentity(errors.New("read-only file system"))
-	_, err := e.m.Fork(ctx, src.ID, 1)
+	_, err := e.m.Fork(ctx, src.ID, ForkOptions{Count: 1})
 	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
 		t.Fatalf("fork: %v, want the agent's answer", err)
 	}
@@ -369,7 +369,7 @@ func TestSnapshotForkLineageAndGC(t *testing.T) {
 	if sn.Kind != "snapshot" || sn.SandboxID != src.ID || len(sn.UsedBy) != 1 || !strings.HasSuffix(sn.UsedBy[0], src.ID) {
 		t.Fatalf("snapshot: got %+v, want kind snapshot, used by its source", sn)
 	}
-	forks, err := e.m.Fork(ctx, src.ID, 2)
+	forks, err := e.m.Fork(ctx, src.ID, ForkOptions{Count: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

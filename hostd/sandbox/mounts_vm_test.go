@@ -79,7 +79,7 @@ func TestHostMounts(t *testing.T) {
 		t.Fatalf("host sees %q after the guest's write", b)
 	}
 
-	forks, err := m.Fork(ctx, info.ID, 3)
+	forks, err := m.Fork(ctx, info.ID, sandbox.ForkOptions{Count: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

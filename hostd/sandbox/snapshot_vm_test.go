@@ -120,7 +120,7 @@ func TestSnapshotsForksAndPause(t *testing.T) {
 func checkForks(t *testing.T, m *sandbox.Manager, id string) {
 	ctx := context.Background()
 	sh(t, m, id, "echo parent > /root/from-parent")
-	forks, err := m.Fork(ctx, id, 3)
+	forks, err := m.Fork(ctx, id, sandbox.ForkOptions{Count: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

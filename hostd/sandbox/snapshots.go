@@ -30,11 +30,18 @@ type snapshotStore interface {
 // its device state and memory are saved. The sandbox then resumes unless
 // asked to stay paused.
 func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (SnapshotInfo, error) {
-	return m.snapshot(ctx, id, opts, nil)
+	info, err := m.snapshot(ctx, id, opts, nil)
+	if err == nil {
+		m.snaps.Release(info.ID)
+	}
+	return info, err
 }
 
 // snapshot is Snapshot, calling planned, if set, with the snapshot being
 // made, where the capture can stage restores (snapshot.Options.Planned).
+// The new snapshot is held (snapshot.Engine.Hold) from the moment it
+// exists: on success the caller releases it, once what uses it is
+// recorded.
 func (m *Manager) snapshot(ctx context.Context, id string, opts SnapshotOptions, planned func(store.Snapshot)) (SnapshotInfo, error) {
 	b, err := m.live(ctx, id)
 	if err != nil {
@@ -68,15 +75,21 @@ func (m *Manager) snapshot(ctx context.Context, id string, opts SnapshotOptions,
 	src := &snapshot.Source{SandboxID: b.id, VM: b.vm, Overlay: b.overlay, ParentID: b.snapshotID, NextOverlay: b.nextOverlay,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Env: env, Cwd: cwd, User: user}
 	sn, err := m.snaps.Capture(ctx, src, c, snapshot.Options{Kind: opts.Kind, CacheKey: opts.CacheKey, StayPaused: opts.StayPaused,
-		BeforePause: func(ctx context.Context) { m.rec.drainGuest(ctx, b) }, Planned: planned})
+		BeforePause: func(ctx context.Context) { m.rec.drainGuest(ctx, b) }, Planned: planned, Hold: true})
 	if err != nil {
 		return SnapshotInfo{}, b.streamErr(fmt.Errorf("sandbox: %w", err))
 	}
+	release := func() { m.snaps.Release(sn.ID) }
 	fault.Point("snapshot:captured")
 	b.overlay, b.snapshotID = src.Overlay, src.ParentID
 	if err := m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, Cwd: b.cwd, User: b.user}); err != nil {
+		release()
 		return SnapshotInfo{}, err
 	}
 	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionSnapshot, SnapshotID: sn.ID, Reason: sn.Kind})
-	return m.snaps.Info(ctx, sn)
+	info, err := m.snaps.Info(ctx, sn)
+	if err != nil {
+		release()
+	}
+	return info, err
 }

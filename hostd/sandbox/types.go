@@ -175,6 +175,15 @@ type Info struct {
 	Deadline time.Time
 }
 
+// ForkOptions are the choices of a fork.
+type ForkOptions struct {
+	// Count is how many copies (1..64).
+	Count int
+	// Caller names the API key that asked: its maximums bound the copies
+	// as they bound a create (CreateOptions.Caller).
+	Caller string
+}
+
 // SnapshotOptions are the choices of a snapshot capture.
 type SnapshotOptions struct {
 	// StayPaused leaves the sandbox paused after the capture.

@@ -157,7 +157,7 @@ func TestVMMUserPerSandbox(t *testing.T) {
 		t.Fatalf("after the snapshot: %q", out)
 	}
 
-	forks, err := m.Fork(ctx, a.ID, 1)
+	forks, err := m.Fork(ctx, a.ID, sandbox.ForkOptions{Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

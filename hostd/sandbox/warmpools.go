@@ -322,6 +322,7 @@ func (w *warmPools) prewarm(ctx context.Context, b *runningVM) error {
 // Templates serves the manager's templates: named snapshots, each with a
 // warm pool of paused sandboxes that creates claim.
 type Templates struct {
+	snaps *snapshot.Engine
 	store templateStore
 	pools *poolRegistry
 	warm  *warmPools
@@ -342,9 +343,12 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 	if name == "" || poolSize < 0 || poolSize > MaxPoolSize {
 		return TemplateInfo{}, fmt.Errorf("%w: a template needs a name and a pool size of 0..%d", ErrInvalid, MaxPoolSize)
 	}
-	if _, err := tm.store.GetSnapshot(ctx, snapshotID); err != nil {
+	// Held until the template's record names it, so that no delete takes
+	// it in between.
+	if _, err := tm.snaps.HoldSnapshot(ctx, snapshotID); err != nil {
 		return TemplateInfo{}, notFound(err, snapshotID)
 	}
+	defer tm.snaps.Release(snapshotID)
 	t := store.Template{Name: name, SnapshotID: snapshotID, PoolSize: poolSize, CreatedAt: time.Now().UTC()}
 	if err := tm.store.PutTemplate(ctx, t); err != nil {
 		return TemplateInfo{}, err

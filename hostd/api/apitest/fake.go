@@ -407,7 +407,8 @@ func (f *Manager) Snapshot(ctx context.Context, id string, opts sandbox.Snapshot
 }
 
 // Fork creates count sandboxes like the known sandbox id.
-func (f *Manager) Fork(ctx context.Context, id string, count int) ([]sandbox.Info, error) {
+func (f *Manager) Fork(ctx context.Context, id string, opts sandbox.ForkOptions) ([]sandbox.Info, error) {
+	count := opts.Count
 	if _, err := f.lookup(id); err != nil {
 		return nil, err
 	}
