@@ -651,12 +651,12 @@ type ClientInterface interface {
 	// DeleteTemplate Delete a template and its warm pool (not its snapshot).
 	//
 	// Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-	DeleteTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTemplate Describe a template.
 	//
 	// Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-	GetTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealth Liveness and backend information.
@@ -1757,7 +1757,7 @@ func (c *Raw) CreateTemplate(ctx context.Context, body CreateTemplateJSONRequest
 // DeleteTemplate Delete a template and its warm pool (not its snapshot).
 //
 // Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-func (c *Raw) DeleteTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Raw) DeleteTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteTemplateRequest(c.Server, name)
 	if err != nil {
 		return nil, err
@@ -1772,7 +1772,7 @@ func (c *Raw) DeleteTemplate(ctx context.Context, name string, reqEditors ...Req
 // GetTemplate Describe a template.
 //
 // Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-func (c *Raw) GetTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Raw) GetTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetTemplateRequest(c.Server, name)
 	if err != nil {
 		return nil, err
@@ -3757,7 +3757,7 @@ func NewCreateTemplateRequestWithBody(server string, contentType string, body io
 }
 
 // NewDeleteTemplateRequest constructs an http.Request for the DeleteTemplate method
-func NewDeleteTemplateRequest(server string, name string) (*http.Request, error) {
+func NewDeleteTemplateRequest(server string, name TemplateName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3791,7 +3791,7 @@ func NewDeleteTemplateRequest(server string, name string) (*http.Request, error)
 }
 
 // NewGetTemplateRequest constructs an http.Request for the GetTemplate method
-func NewGetTemplateRequest(server string, name string) (*http.Request, error) {
+func NewGetTemplateRequest(server string, name TemplateName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4484,14 +4484,14 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-	DeleteTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error)
+	DeleteTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error)
 
 	// GetTemplateWithResponse Describe a template.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-	GetTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error)
+	GetTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error)
 }
 
 type GetHealthResponse struct {
@@ -7434,7 +7434,7 @@ func (c *ClientWithResponses) CreateTemplateWithResponse(ctx context.Context, bo
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error) {
+func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error) {
 	rsp, err := c.DeleteTemplate(ctx, name, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -7447,7 +7447,7 @@ func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, na
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-func (c *ClientWithResponses) GetTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error) {
+func (c *ClientWithResponses) GetTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error) {
 	rsp, err := c.GetTemplate(ctx, name, reqEditors...)
 	if err != nil {
 		return nil, err
