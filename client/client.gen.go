@@ -290,7 +290,11 @@ type ClientInterface interface {
 	// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 	// ^D on a terminal). Server to client, last: `{"type":"exit",
 	// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-	// normal close. Pings every 20 s keep it alive through proxies.
+	// normal close. A control message of an unknown type, or one that
+	// fails, is answered with `{"type":"warning","error":{…}}` and the
+	// session goes on; a text message that is not JSON closes the socket
+	// with 1007 (invalid frame payload data) and a reason (the session
+	// runs on). Pings every 20 s keep it alive through proxies.
 	// Closing the socket leaves the session running; connect again to
 	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 	//
@@ -986,7 +990,11 @@ func (c *Raw) AttachExec(ctx context.Context, id SandboxID, execID ExecID, param
 // `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 // ^D on a terminal). Server to client, last: `{"type":"exit",
 // "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-// normal close. Pings every 20 s keep it alive through proxies.
+// normal close. A control message of an unknown type, or one that
+// fails, is answered with `{"type":"warning","error":{…}}` and the
+// session goes on; a text message that is not JSON closes the socket
+// with 1007 (invalid frame payload data) and a reason (the session
+// runs on). Pings every 20 s keep it alive through proxies.
 // Closing the socket leaves the session running; connect again to
 // re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 //
@@ -4083,7 +4091,11 @@ type ClientWithResponsesInterface interface {
 	// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 	// ^D on a terminal). Server to client, last: `{"type":"exit",
 	// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-	// normal close. Pings every 20 s keep it alive through proxies.
+	// normal close. A control message of an unknown type, or one that
+	// fails, is answered with `{"type":"warning","error":{…}}` and the
+	// session goes on; a text message that is not JSON closes the socket
+	// with 1007 (invalid frame payload data) and a reason (the session
+	// runs on). Pings every 20 s keep it alive through proxies.
 	// Closing the socket leaves the session running; connect again to
 	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 	//
@@ -6787,7 +6799,11 @@ func (c *ClientWithResponses) AttachExecWithResponse(ctx context.Context, id San
 // `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 // ^D on a terminal). Server to client, last: `{"type":"exit",
 // "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-// normal close. Pings every 20 s keep it alive through proxies.
+// normal close. A control message of an unknown type, or one that
+// fails, is answered with `{"type":"warning","error":{…}}` and the
+// session goes on; a text message that is not JSON closes the socket
+// with 1007 (invalid frame payload data) and a reason (the session
+// runs on). Pings every 20 s keep it alive through proxies.
 // Closing the socket leaves the session running; connect again to
 // re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 //
