@@ -1493,7 +1493,7 @@ type ReadFileParams struct {
 
 // WriteFileParams defines parameters for WriteFile.
 type WriteFileParams struct {
-	// Mode Permission bits in octal (default 0644).
+	// Mode Permission bits in octal (default, or empty, 0644; the Go client sends `mode=` for the default).
 	Mode string `form:"mode,omitempty" json:"mode,omitempty"`
 
 	// Path Absolute guest path without ".." elements. Percent-encoding carries

@@ -67,6 +67,9 @@ func TestValidationAfterAuth(t *testing.T) {
 	if resp := e.do(t, "PUT", "/v1/sandboxes/sb1/files?path=/root/a.json", strings.NewReader(`{"boot":"warm"}`)); resp.StatusCode != 204 {
 		t.Errorf("upload of a JSON-looking file: got %d, want 204", resp.StatusCode)
 	}
+	if resp := e.do(t, "PUT", "/v1/sandboxes/sb1/files?path=/root/b&mode=", strings.NewReader("x")); resp.StatusCode != 204 {
+		t.Errorf("upload with an empty mode (the Go client's default): got %d, want 204", resp.StatusCode)
+	}
 	if resp := e.do(t, "PUT", "/v1/sandboxes/sb1/files?path=/root/a&mode=999", strings.NewReader("x")); resp.StatusCode != 400 {
 		t.Errorf("upload with mode 999: got %d, want 400", resp.StatusCode)
 	}
