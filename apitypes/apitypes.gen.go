@@ -531,10 +531,13 @@ type CreateSandboxRequest struct {
 	// image. Ignored with a snapshot or template.
 	Boot CreateSandboxRequestBoot `json:"boot,omitempty"`
 
-	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default).
+	// CPUQuota Host CPU time the VMM may use, in CPUs (0.5 = half a CPU; 0 = default; at most the host's CPUs).
 	CPUQuota float64 `json:"cpu_quota,omitempty"`
 
-	// DiskBps Disk bandwidth cap, reads and writes together, in bytes per second (0 = default).
+	// DiskBps Disk bandwidth cap, reads and writes together, in bytes per second
+	// (0 = default; at least 1048576, 1 MiB/s: far below it one guest
+	// write waits hours on QEMU's throttle, with all I/O behind it;
+	// at most 1 TiB/s). A value below the least is a 400.
 	DiskBps int64 `json:"disk_bps,omitempty"`
 
 	// DiskMiB Size of the root filesystem the guest can fill, in MiB (at most the base image's; 0 = default).
@@ -543,19 +546,19 @@ type CreateSandboxRequest struct {
 	// Env Environment of every command run in the sandbox.
 	Env map[string]string `json:"env,omitempty"`
 
-	// ExecTimeoutS Default wall-clock timeout of each exec, in seconds (0 = default).
+	// ExecTimeoutS Default wall-clock timeout of each exec, in seconds (0 = default; at most 30 days, longer than any exec that is not a service, which runs in the background without one).
 	ExecTimeoutS int `json:"exec_timeout_s,omitempty"`
 
-	// HostMemoryMiB Host memory cap of the VMM process in MiB (at least memory_mib + 64; 0 = default).
+	// HostMemoryMiB Host memory cap of the VMM process in MiB (at least memory_mib + 64; 0 = default; at most 2 TiB).
 	HostMemoryMiB int `json:"host_memory_mib,omitempty"`
 
-	// IdleTimeoutS Pause after this long without API calls, running execs or guest CPU use (0 = default).
+	// IdleTimeoutS Pause after this long without API calls, running execs or guest CPU use, in seconds (0 = default; at most 30 days).
 	IdleTimeoutS int `json:"idle_timeout_s,omitempty"`
 
-	// MaxPids Most processes user commands may run at once in the guest (0 = default).
+	// MaxPids Most processes user commands may run at once in the guest (at least 8; 0 = default; at most 4194304, Linux's PID_MAX_LIMIT).
 	MaxPids int `json:"max_pids,omitempty"`
 
-	// MemoryMiB Guest memory in MiB (0 = default).
+	// MemoryMiB Guest memory in MiB (0 = default; at most 1 TiB).
 	MemoryMiB int `json:"memory_mib,omitempty"`
 
 	// Metadata The caller's labels, stored and returned as given.
@@ -564,12 +567,13 @@ type CreateSandboxRequest struct {
 	// Mounts External data the guest sees as directories. Mounts survive
 	// snapshots, forks, pause and resume; a bad mount (a host path
 	// outside the operator's allowed roots or with "..", a guest path
-	// over /proc, /sys, /dev, /run or a system directory, an unknown
-	// secret, a bucket that refuses its credentials) is a 400 and
-	// nothing is made.
+	// in /usr, /bin, /sbin, /lib*, /etc, /boot, /proc, /sys, /dev or
+	// /run, or that is /, /var, /tmp, /root or /home itself, an
+	// unknown secret, a bucket that refuses its credentials) is a 400
+	// and nothing is made.
 	Mounts []Mount `json:"mounts,omitempty"`
 
-	// NetBps Network bandwidth cap in bytes per second, each direction on its own (at least 8192; 0 = default).
+	// NetBps Network bandwidth cap in bytes per second, each direction on its own (at least 8192; 0 = default; at most 1 TiB/s).
 	NetBps int64 `json:"net_bps,omitempty"`
 
 	// Network Egress policy at create. Everything absent is denied.
@@ -596,13 +600,15 @@ type CreateSandboxRequest struct {
 	// and a command that cannot start deletes the sandbox.
 	Start bool `json:"start,omitempty"`
 
-	// Template Start from this template (claims a warm sandbox when one is ready).
+	// Template Start from this template (claims a warm sandbox when one is ready); a TemplateName.
 	Template string `json:"template,omitempty"`
 
-	// TimeoutS Wall-clock lifetime in seconds (0 = none).
+	// TimeoutS Wall-clock lifetime in seconds (0 = none; at most 366 days, a
+	// bound that keeps every duration hostd computes from seconds far
+	// from time.Duration's 292 years).
 	TimeoutS int `json:"timeout_s,omitempty"`
 
-	// VCPUs Virtual CPUs (0 = default).
+	// VCPUs Virtual CPUs (0 = default; at most 256).
 	VCPUs int `json:"vcpus,omitempty"`
 }
 
@@ -627,7 +633,14 @@ type CreateSecretRequest struct {
 type CreateTemplateRequest struct {
 	// Image An OCI image to build a template from.
 	Image *ImageSource `json:"image,omitempty"`
-	Name  string       `json:"name"`
+
+	// Name A template's name: 1 to 63 letters, digits, '.', '_' or '-',
+	// starting with a letter or digit (python-data), so that it is never
+	// a path ("../x", "a/b") nor too long to name a pool.
+	//
+	//
+	// Example: python-data
+	Name TemplateName `json:"name"`
 
 	// PoolSize Sandboxes kept restored and paused for fast creates (0 = none).
 	PoolSize int `json:"pool_size,omitempty"`
@@ -728,7 +741,7 @@ type ExecRequest struct {
 	// Stdin Fed to the command, then closed (at most 16 MiB; left open with tty).
 	Stdin string `json:"stdin,omitempty"`
 
-	// TimeoutS Kill the command (SIGKILL to its process group) after this many seconds (0 = the sandbox's exec_timeout_s).
+	// TimeoutS Kill the command (SIGKILL to its process group) after this many seconds (0 = the sandbox's exec_timeout_s; at most 30 days, as exec_timeout_s).
 	TimeoutS int `json:"timeout_s,omitempty"`
 
 	// Tty Run on a pseudo-terminal (interactive; see the pty WebSocket).
@@ -882,7 +895,7 @@ type ImageSource struct {
 	// Kernel The template's own guest kernel (a PVH vmlinux or a bzImage), a path on hostd's machine under a directory it imports from ("" = hostd's). The template boots it once; its sandboxes restore that boot's memory.
 	Kernel string `json:"kernel,omitempty"`
 
-	// MemoryMiB Memory of the template's sandboxes (0 = hostd's default).
+	// MemoryMiB Memory of the template's sandboxes (0 = hostd's default; at most 1 TiB, as CreateSandboxRequest's).
 	MemoryMiB int `json:"memory_mib,omitempty"`
 
 	// Modules With kernel, a directory (under an import directory) of the kernel's modules as guestinit loads them: flat .ko files and a modules.order listing them in load order ("" = hostd's initramfs modules).
@@ -1367,8 +1380,16 @@ type TemplateList struct {
 	Templates []Template `json:"templates"`
 }
 
+// TemplateName A template's name: 1 to 63 letters, digits, '.', '_' or '-',
+// starting with a letter or digit (python-data), so that it is never
+// a path ("../x", "a/b") nor too long to name a pool.
+//
+// Example: python-data
+type TemplateName = string
+
 // TimeoutRequest defines model for TimeoutRequest.
 type TimeoutRequest struct {
+	// TimeoutS The new lifetime in seconds, from now (at most 366 days, as CreateSandboxRequest's).
 	TimeoutS int `json:"timeout_s"`
 }
 
@@ -1482,7 +1503,7 @@ type ReadFileParams struct {
 
 // WriteFileParams defines parameters for WriteFile.
 type WriteFileParams struct {
-	// Mode Permission bits in octal (default 0644).
+	// Mode Permission bits in octal (default, or empty, 0644; the Go client sends `mode=` for the default).
 	Mode string `form:"mode,omitempty" json:"mode,omitempty"`
 
 	// Path Absolute guest path without ".." elements. Percent-encoding carries

@@ -298,7 +298,11 @@ type ClientInterface interface {
 	// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 	// ^D on a terminal). Server to client, last: `{"type":"exit",
 	// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-	// normal close. Pings every 20 s keep it alive through proxies.
+	// normal close. A control message of an unknown type, or one that
+	// fails, is answered with `{"type":"warning","error":{…}}` and the
+	// session goes on; a text message that is not JSON closes the socket
+	// with 1007 (invalid frame payload data) and a reason (the session
+	// runs on). Pings every 20 s keep it alive through proxies.
 	// Closing the socket leaves the session running; connect again to
 	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 	//
@@ -659,12 +663,12 @@ type ClientInterface interface {
 	// DeleteTemplate Delete a template and its warm pool (not its snapshot).
 	//
 	// Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-	DeleteTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTemplate Describe a template.
 	//
 	// Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-	GetTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // GetHealth Liveness and backend information.
@@ -1002,7 +1006,11 @@ func (c *Raw) AttachExec(ctx context.Context, id SandboxID, execID ExecID, param
 // `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 // ^D on a terminal). Server to client, last: `{"type":"exit",
 // "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-// normal close. Pings every 20 s keep it alive through proxies.
+// normal close. A control message of an unknown type, or one that
+// fails, is answered with `{"type":"warning","error":{…}}` and the
+// session goes on; a text message that is not JSON closes the socket
+// with 1007 (invalid frame payload data) and a reason (the session
+// runs on). Pings every 20 s keep it alive through proxies.
 // Closing the socket leaves the session running; connect again to
 // re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 //
@@ -1773,7 +1781,7 @@ func (c *Raw) CreateTemplate(ctx context.Context, body CreateTemplateJSONRequest
 // DeleteTemplate Delete a template and its warm pool (not its snapshot).
 //
 // Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-func (c *Raw) DeleteTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Raw) DeleteTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteTemplateRequest(c.Server, name)
 	if err != nil {
 		return nil, err
@@ -1788,7 +1796,7 @@ func (c *Raw) DeleteTemplate(ctx context.Context, name string, reqEditors ...Req
 // GetTemplate Describe a template.
 //
 // Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-func (c *Raw) GetTemplate(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+func (c *Raw) GetTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetTemplateRequest(c.Server, name)
 	if err != nil {
 		return nil, err
@@ -3773,7 +3781,7 @@ func NewCreateTemplateRequestWithBody(server string, contentType string, body io
 }
 
 // NewDeleteTemplateRequest constructs an http.Request for the DeleteTemplate method
-func NewDeleteTemplateRequest(server string, name string) (*http.Request, error) {
+func NewDeleteTemplateRequest(server string, name TemplateName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3807,7 +3815,7 @@ func NewDeleteTemplateRequest(server string, name string) (*http.Request, error)
 }
 
 // NewGetTemplateRequest constructs an http.Request for the GetTemplate method
-func NewGetTemplateRequest(server string, name string) (*http.Request, error) {
+func NewGetTemplateRequest(server string, name TemplateName) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4107,7 +4115,11 @@ type ClientWithResponsesInterface interface {
 	// `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 	// ^D on a terminal). Server to client, last: `{"type":"exit",
 	// "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-	// normal close. Pings every 20 s keep it alive through proxies.
+	// normal close. A control message of an unknown type, or one that
+	// fails, is answered with `{"type":"warning","error":{…}}` and the
+	// session goes on; a text message that is not JSON closes the socket
+	// with 1007 (invalid frame payload data) and a reason (the session
+	// runs on). Pings every 20 s keep it alive through proxies.
 	// Closing the socket leaves the session running; connect again to
 	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 	//
@@ -4508,14 +4520,14 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-	DeleteTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error)
+	DeleteTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error)
 
 	// GetTemplateWithResponse Describe a template.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-	GetTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error)
+	GetTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error)
 }
 
 type GetHealthResponse struct {
@@ -6819,7 +6831,11 @@ func (c *ClientWithResponses) AttachExecWithResponse(ctx context.Context, id San
 // `{"type":"signal","signal":"SIGINT"}`, `{"type":"eof"}` (close stdin;
 // ^D on a terminal). Server to client, last: `{"type":"exit",
 // "exit_code":0,"signal":""}` or `{"type":"error","error":{…}}`, then a
-// normal close. Pings every 20 s keep it alive through proxies.
+// normal close. A control message of an unknown type, or one that
+// fails, is answered with `{"type":"warning","error":{…}}` and the
+// session goes on; a text message that is not JSON closes the socket
+// with 1007 (invalid frame payload data) and a reason (the session
+// runs on). Pings every 20 s keep it alive through proxies.
 // Closing the socket leaves the session running; connect again to
 // re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 //
@@ -7466,7 +7482,7 @@ func (c *ClientWithResponses) CreateTemplateWithResponse(ctx context.Context, bo
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
-func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error) {
+func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error) {
 	rsp, err := c.DeleteTemplate(ctx, name, reqEditors...)
 	if err != nil {
 		return nil, err
@@ -7479,7 +7495,7 @@ func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, na
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/templates/{name} (the `GetTemplate` operationId).
-func (c *ClientWithResponses) GetTemplateWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error) {
+func (c *ClientWithResponses) GetTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*GetTemplateResponse, error) {
 	rsp, err := c.GetTemplate(ctx, name, reqEditors...)
 	if err != nil {
 		return nil, err

@@ -399,6 +399,13 @@ type TemplateKernelSource = apitypes.TemplateKernelSource
 // TemplateList defines model for TemplateList.
 type TemplateList = apitypes.TemplateList
 
+// TemplateName A template's name: 1 to 63 letters, digits, '.', '_' or '-',
+// starting with a letter or digit (python-data), so that it is never
+// a path ("../x", "a/b") nor too long to name a pool.
+//
+// Example: python-data
+type TemplateName = apitypes.TemplateName
+
 // TimeoutRequest defines model for TimeoutRequest.
 type TimeoutRequest = apitypes.TimeoutRequest
 

@@ -253,6 +253,16 @@ func buildCmd(argv []string, env map[string]string, cwd string) (*exec.Cmd, erro
 	}
 	sort.Strings(cmd.Env)
 	cmd.Dir = cwd
+	if cwd != "" {
+		// A child that cannot chdir fails as if argv[0] could not run
+		// ("fork/exec /usr/bin/sh: no such file or directory"), so the
+		// cwd is checked first and blamed by name.
+		if fi, err := os.Stat(cwd); err != nil {
+			return nil, fmt.Errorf("cwd %s: %w", cwd, errors.Unwrap(err))
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("cwd %s: %w", cwd, syscall.ENOTDIR)
+		}
+	}
 	if cwd == "" {
 		cmd.Dir = BaseEnv["HOME"]
 		if _, err := os.Stat(cmd.Dir); err != nil {

@@ -144,10 +144,10 @@ type ServerInterface interface {
 	CreateTemplate(w http.ResponseWriter, r *http.Request)
 	// DeleteTemplate Delete a template and its warm pool (not its snapshot).
 	// (DELETE /v1/templates/{name})
-	DeleteTemplate(w http.ResponseWriter, r *http.Request, name string)
+	DeleteTemplate(w http.ResponseWriter, r *http.Request, name TemplateName)
 	// GetTemplate Describe a template.
 	// (GET /v1/templates/{name})
-	GetTemplate(w http.ResponseWriter, r *http.Request, name string)
+	GetTemplate(w http.ResponseWriter, r *http.Request, name TemplateName)
 }
 
 // ServerInterfaceWrapper converts contexts to parameters.
@@ -1538,7 +1538,7 @@ func (siw *ServerInterfaceWrapper) DeleteTemplate(w http.ResponseWriter, r *http
 	_ = err
 
 	// ------------- Path parameter "name" -------------
-	var name string
+	var name TemplateName
 
 	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {
@@ -1564,7 +1564,7 @@ func (siw *ServerInterfaceWrapper) GetTemplate(w http.ResponseWriter, r *http.Re
 	_ = err
 
 	// ------------- Path parameter "name" -------------
-	var name string
+	var name TemplateName
 
 	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
 	if err != nil {

@@ -126,10 +126,15 @@ func New(opts Options) http.Handler {
 	}
 	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
 		events: opts.Events, tracer: opts.Tracer, images: opts.Images, collect: newOutputBudget(maxCollectedTotal)}
+	doc, err := loadSpec()
+	if err != nil {
+		panic(err) // the embedded document; TestSpecLoads checks it
+	}
 	mux := http.NewServeMux()
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,
 		ErrorHandlerFunc: s.paramError,
+		Middlewares:      []MiddlewareFunc{newValidator(doc).middleware(s)},
 	})
 	return &router{mux: mux, auth: opts.Auth, s: s}
 }

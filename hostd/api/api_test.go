@@ -57,6 +57,7 @@ func TestStatusMapping(t *testing.T) {
 		code   string
 	}{
 		{"sandbox not found", fmt.Errorf("get sb9: %w", sandbox.ErrNotFound), 404, CodeSandboxNotFound},
+		{"template not found", fmt.Errorf("%w: py", sandbox.ErrTemplateNotFound), 404, CodeTemplateNotFound},
 		{"not running", sandbox.ErrNotRunning, 409, CodeSandboxNotRunning},
 		{"deleted", sandbox.ErrDeleted, 409, CodeSandboxDeleted},
 		{"invalid", sandbox.ErrInvalid, 400, CodeInvalidRequest},

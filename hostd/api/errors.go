@@ -44,6 +44,7 @@ const (
 	CodeImageTooLarge     = "image_too_large"
 	CodeRegistry          = "registry_error"
 	CodeSnapshotNotFound  = "snapshot_not_found"
+	CodeTemplateNotFound  = "template_not_found"
 	CodeNameTooLong       = "name_too_long"
 	CodeCrossDevice       = "cross_device"
 	CodeNoSpace           = "no_space"
@@ -88,6 +89,7 @@ var statusRules = []struct {
 }{
 	{auth.ErrUnauthorized, http.StatusUnauthorized, CodeUnauthorized},
 	{sandbox.ErrSnapshotNotFound, http.StatusNotFound, CodeSnapshotNotFound},
+	{sandbox.ErrTemplateNotFound, http.StatusNotFound, CodeTemplateNotFound},
 	{sandbox.ErrNotFound, http.StatusNotFound, CodeSandboxNotFound},
 	{sandbox.ErrInUse, http.StatusConflict, CodeSnapshotInUse},
 	{sandbox.ErrCorrupt, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},

@@ -59,8 +59,9 @@ func toExecRequest(req ExecRequest) (sandbox.ExecRequest, error) {
 		return sandbox.ExecRequest{}, badRequest(CodeInvalidRequest, "cmd must name a command")
 	case len(req.Stdin) > maxStdin:
 		return sandbox.ExecRequest{}, badRequest(CodeInvalidRequest, "stdin is larger than %d bytes", maxStdin)
-	case req.TimeoutS < 0 || req.TimeoutS > sandbox.MaxTimeoutS:
-		return sandbox.ExecRequest{}, badRequest(CodeInvalidRequest, "timeout_s must be 0..%d (0: the sandbox's exec_timeout_s)", sandbox.MaxTimeoutS)
+	}
+	if _, err := seconds("timeout_s", req.TimeoutS, maxWaitS); err != nil {
+		return sandbox.ExecRequest{}, err
 	}
 	if err := checkEnv("env", req.Env); err != nil {
 		return sandbox.ExecRequest{}, err

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -165,6 +166,9 @@ func (s *server) MoveFile(w http.ResponseWriter, r *http.Request, id SandboxID) 
 		err = checkPath(req.To)
 	}
 	if err == nil {
+		err = checkMove(req.From, req.To)
+	}
+	if err == nil {
 		err = s.m.Rename(r.Context(), id, req.From, req.To)
 	}
 	if err != nil {
@@ -172,6 +176,20 @@ func (s *server) MoveFile(w http.ResponseWriter, r *http.Request, id SandboxID) 
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// checkMove refuses the moves that the guest's rename(2) answers with
+// EBUSY or EINVAL, which would be 500s: moving / or onto /, and moving a
+// directory into itself.
+func checkMove(from, to string) error {
+	from, to = path.Clean(from), path.Clean(to)
+	switch {
+	case from == "/" || to == "/":
+		return badRequest(CodeBadPath, "cannot move / or onto /")
+	case from != to && strings.HasPrefix(to, from+"/"):
+		return badRequest(CodeBadPath, "cannot move %s into itself (%s)", from, to)
+	}
+	return nil
 }
 
 func (s *server) ListDir(w http.ResponseWriter, r *http.Request, id SandboxID, params ListDirParams) {

@@ -20,6 +20,10 @@ func (s *server) ExtendTimeout(w http.ResponseWriter, r *http.Request, id Sandbo
 		s.writeError(w, r, err)
 		return
 	}
+	if _, err := seconds("timeout_s", req.TimeoutS, maxLifetimeS); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	info, err := s.m.ExtendTimeout(r.Context(), id, req.TimeoutS)
 	if err != nil {
 		s.writeError(w, r, err)

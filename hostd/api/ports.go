@@ -87,12 +87,12 @@ func (s *server) CreateShareLink(w http.ResponseWriter, r *http.Request, id Sand
 		s.writeError(w, r, err)
 		return
 	}
-	ttl := time.Duration(req.ExpiresInS) * time.Second
-	switch {
-	case req.ExpiresInS < 0 || ttl > maxShareTTL:
-		s.writeError(w, r, badRequest(CodeInvalidRequest, "expires_in_s must be 0..%d", int(maxShareTTL.Seconds())))
+	ttl, err := seconds("expires_in_s", req.ExpiresInS, maxShareS)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
-	case ttl == 0:
+	}
+	if ttl == 0 {
 		ttl = defaultShareTTL
 	}
 	pa, err := s.portAccess(r, id, port)

@@ -95,6 +95,10 @@ func (s *server) ptyInput(ctx context.Context, conn *websocket.Conn, id, execID 
 		}
 		var c ptyControl
 		if err := json.Unmarshal(data, &c); err != nil {
+			// Text messages are JSON by the protocol: one that is not
+			// breaks it, and the socket is closed saying so (it was
+			// dropped without a close frame).
+			conn.Close(websocket.StatusInvalidFramePayloadData, "a text message must be a JSON control message")
 			return errors.Join(errors.New("api: bad pty control message"), err)
 		}
 		if err := s.ptyControl(ctx, id, execID, c); err != nil {

@@ -38,12 +38,10 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 	err := decodeJSON(w, r, maxJSONBody, &req, true)
 	switch {
 	case err != nil:
-	case req.VCPUs < 0 || req.MemoryMiB < 0 || req.TimeoutS < 0:
-		err = badRequest(CodeInvalidRequest, "vcpus, memory_mib and timeout_s must not be negative")
-	case req.TimeoutS > sandbox.MaxTimeoutS:
-		err = badRequest(CodeInvalidRequest, "timeout_s must be at most %d", sandbox.MaxTimeoutS)
+	case req.VCPUs < 0 || req.MemoryMiB < 0:
+		err = badRequest(CodeInvalidRequest, "vcpus and memory_mib must not be negative")
 	default:
-		err = errors.Join(checkEnv("env", req.Env), checkEnv("secret_env", req.SecretEnv), s.checkSecrets(r.Context(), req))
+		err = errors.Join(checkSeconds(req), checkEnv("env", req.Env), checkEnv("secret_env", req.SecretEnv), s.checkSecrets(r.Context(), req))
 	}
 	var mainCmd []string
 	var mainInGuest bool
@@ -208,6 +206,14 @@ func isNull(r *bufio.Reader) bool {
 		p, _ := r.Peek(4)
 		return string(p) == "null"
 	}
+}
+
+// checkSeconds refuses a create's durations out of their ranges.
+func checkSeconds(req CreateSandboxRequest) error {
+	_, lifetime := seconds("timeout_s", req.TimeoutS, maxLifetimeS)
+	_, exec := seconds("exec_timeout_s", req.ExecTimeoutS, maxWaitS)
+	_, idle := seconds("idle_timeout_s", req.IdleTimeoutS, maxWaitS)
+	return errors.Join(lifetime, exec, idle)
 }
 
 // checkEnv refuses env names that the guest could not set: empty, or with

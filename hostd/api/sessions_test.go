@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -156,5 +157,41 @@ func TestKeepAlive(t *testing.T) {
 	}
 	if len(types) < 3 || types[0] != "start" || types[1] != "keepalive" || types[len(types)-1] != "exit" {
 		t.Errorf("got events %v, want start, keepalive..., exit", types)
+	}
+}
+
+// TestPTYNonJSONText: a text message that is not JSON closes the socket
+// with 1007 and a reason (issue 38: it was dropped without a close frame);
+// an unknown control type is a warning and the session goes on.
+func TestPTYNonJSONText(t *testing.T) {
+	e := newTestEnv(t)
+	e.m.SetAttach(func(ctx context.Context, id, execID string, offset uint64, emit func(sandbox.ExecEvent) error) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u, _ := url.Parse(e.srv.URL)
+	u.Scheme = "ws"
+	u.Path = "/v1/sandboxes/sb1/exec/e1/pty"
+	conn, _, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testKey}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	if err := conn.Write(ctx, websocket.MessageText, []byte(`{"type":"dance"}`)); err != nil {
+		t.Fatal(err)
+	}
+	typ, data, err := conn.Read(ctx)
+	if err != nil || typ != websocket.MessageText || !strings.Contains(string(data), `"type":"warning"`) || !strings.Contains(string(data), "dance") {
+		t.Fatalf("unknown type: got %v %q %v, want a warning naming it", typ, data, err)
+	}
+	if err := conn.Write(ctx, websocket.MessageText, []byte("ls -l")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = conn.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusInvalidFramePayloadData || !strings.Contains(ce.Reason, "JSON") {
+		t.Fatalf("non-JSON text: got %v, want a close 1007 saying why", err)
 	}
 }

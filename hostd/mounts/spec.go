@@ -92,9 +92,16 @@ type Secrets interface {
 // kernel's and the agent's own filesystems.
 var reservedTrees = []string{"/proc", "/sys", "/dev", "/run"}
 
+// systemTrees hold the guest's system: its programs, libraries (/lib,
+// /lib64, /lib32, /libx32: every top-level /lib*), configuration and boot
+// files. No mount may cover them or go under them: a mount at /usr/bin
+// would replace the programs that hostd's own execs run (sh, the package
+// managers).
+var systemTrees = []string{"/usr", "/bin", "/sbin", "/etc", "/boot"}
+
 // reservedDirs may not be mounted over as a whole (they hold the guest's
-// system), though a mount may go beneath them.
-var reservedDirs = []string{"/", "/bin", "/sbin", "/lib", "/lib64", "/usr", "/etc", "/boot", "/var", "/tmp", "/root", "/home", "/newroot"}
+// state), though a mount may go beneath them.
+var reservedDirs = []string{"/", "/var", "/tmp", "/root", "/home", "/newroot"}
 
 // Validate checks specs against c and returns them with their host sources
 // resolved (symlinks followed); an s3 mount's secret must exist and its
@@ -160,6 +167,14 @@ func checkGuestPath(p string) error {
 		if within(p, r) {
 			return fmt.Errorf("path %s is under %s, which the guest kernel and agent own", p, r)
 		}
+	}
+	for _, r := range systemTrees {
+		if within(p, r) {
+			return fmt.Errorf("path %s is in the guest's system directory %s", p, r)
+		}
+	}
+	if top, _, _ := strings.Cut(p[1:], "/"); strings.HasPrefix(top, "lib") {
+		return fmt.Errorf("path %s is in the guest's system directory /%s", p, top)
 	}
 	if slices.Contains(reservedDirs, p) {
 		return fmt.Errorf("path %s would hide the guest's system directory", p)

@@ -108,7 +108,7 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 	if opts.Template != "" {
 		t, err := m.opts.Store.GetTemplate(ctx, opts.Template)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: template %s", ErrNotFound, opts.Template)
+			return nil, fmt.Errorf("%w: %s", ErrTemplateNotFound, opts.Template)
 		}
 		if err != nil {
 			return nil, err

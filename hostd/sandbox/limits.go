@@ -47,6 +47,12 @@ type Limits struct {
 	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
+// MinDiskBps is the lowest disk_bps, in bytes per second. Far below it
+// QEMU's throttle lets one guest write through only after hours (at 1 B/s
+// a 4 KiB block takes more than an hour), with every later I/O queued
+// behind it: disk_bps 1 wedged the sandbox.
+const MinDiskBps = 1 << 20
+
 // On-timeout actions.
 const (
 	OnTimeoutDelete = "delete"
@@ -217,6 +223,12 @@ func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string, capTo Limits) 
 	}
 	if l.NetBps > 0 && l.NetBps < netns.MinRate {
 		return l, fmt.Errorf("%w: net_bps must be at least %d", ErrInvalid, netns.MinRate)
+	}
+	if l.DiskBps > 0 && l.DiskBps < MinDiskBps {
+		return l, fmt.Errorf("%w: disk_bps must be at least %d (1 MiB/s)", ErrInvalid, MinDiskBps)
+	}
+	if l.ExecTimeoutS > MaxTimeoutS || l.IdleTimeoutS > MaxTimeoutS {
+		return l, fmt.Errorf("%w: exec_timeout_s and idle_timeout_s must be at most %d", ErrInvalid, MaxTimeoutS)
 	}
 	return l, nil
 }

@@ -69,6 +69,9 @@ var (
 	// ErrSnapshotNotFound names a snapshot that does not exist; it is also
 	// an ErrNotFound.
 	ErrSnapshotNotFound = fmt.Errorf("%w (snapshot)", ErrNotFound)
+	// ErrTemplateNotFound names a template that does not exist; it is also
+	// an ErrNotFound.
+	ErrTemplateNotFound = fmt.Errorf("%w (template)", ErrNotFound)
 	ErrNotRunning       = errors.New("sandbox: not running")
 	ErrInvalid          = errors.New("sandbox: invalid request")
 	// ErrBadPath rejects a guest path that is relative or contains "..".

@@ -346,7 +346,7 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 	// Held until the template's record names it, so that no delete takes
 	// it in between.
 	if _, err := tm.snaps.HoldSnapshot(ctx, snapshotID); err != nil {
-		return TemplateInfo{}, notFound(err, snapshotID)
+		return TemplateInfo{}, snapshotNotFound(err, snapshotID)
 	}
 	defer tm.snaps.Release(snapshotID)
 	t := store.Template{Name: name, SnapshotID: snapshotID, PoolSize: poolSize, CreatedAt: time.Now().UTC()}
@@ -370,11 +370,19 @@ func (tm *Templates) templateInfo(t store.Template) TemplateInfo {
 	return TemplateInfo{Name: t.Name, SnapshotID: t.SnapshotID, PoolSize: t.PoolSize, PoolReady: n, CreatedAt: t.CreatedAt}
 }
 
+// templateNotFound names template name in a store's ErrNotFound.
+func templateNotFound(err error, name string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrTemplateNotFound, name)
+	}
+	return err
+}
+
 // GetTemplate describes a template.
 func (tm *Templates) GetTemplate(ctx context.Context, name string) (TemplateInfo, error) {
 	t, err := tm.store.GetTemplate(ctx, name)
 	if err != nil {
-		return TemplateInfo{}, notFound(err, name)
+		return TemplateInfo{}, templateNotFound(err, name)
 	}
 	return tm.templateInfo(t), nil
 }
@@ -395,7 +403,7 @@ func (tm *Templates) ListTemplates(ctx context.Context) ([]TemplateInfo, error) 
 // DeleteTemplate removes a template and its warm pool (not its snapshot).
 func (tm *Templates) DeleteTemplate(ctx context.Context, name string) error {
 	if _, err := tm.store.GetTemplate(ctx, name); err != nil {
-		return notFound(err, name)
+		return templateNotFound(err, name)
 	}
 	if err := tm.store.DeleteTemplate(ctx, name); err != nil {
 		return err

@@ -465,7 +465,7 @@ func (f *Manager) CreateTemplate(ctx context.Context, name, snapshotID string, p
 
 // GetTemplate finds nothing.
 func (f *Manager) GetTemplate(ctx context.Context, name string) (sandbox.TemplateInfo, error) {
-	return sandbox.TemplateInfo{}, fmt.Errorf("%w: template %s", sandbox.ErrNotFound, name)
+	return sandbox.TemplateInfo{}, fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
 }
 
 // ListTemplates lists none.
@@ -473,5 +473,5 @@ func (f *Manager) ListTemplates(ctx context.Context) ([]sandbox.TemplateInfo, er
 
 // DeleteTemplate finds nothing.
 func (f *Manager) DeleteTemplate(ctx context.Context, name string) error {
-	return fmt.Errorf("%w: template %s", sandbox.ErrNotFound, name)
+	return fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
 }

@@ -145,7 +145,7 @@ func (h *Host) Create(ctx context.Context, opts sandbox.CreateOptions) (sandbox.
 	case corrupt:
 		return sandbox.Info{}, fmt.Errorf("%w: snapshot %s", sandbox.ErrCorrupt, snap)
 	case opts.Template != "" && snap == "":
-		return sandbox.Info{}, fmt.Errorf("%w: template %s", sandbox.ErrNotFound, opts.Template)
+		return sandbox.Info{}, fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, opts.Template)
 	case snap != "" && !known:
 		return sandbox.Info{}, fmt.Errorf("%w: snapshot %s", sandbox.ErrNotFound, snap)
 	}
@@ -262,7 +262,7 @@ func (h *Host) GetTemplate(ctx context.Context, name string) (sandbox.TemplateIn
 	defer h.mu.Unlock()
 	t, ok := h.templates[name]
 	if !ok {
-		return t, fmt.Errorf("%w: template %s", sandbox.ErrNotFound, name)
+		return t, fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
 	}
 	return t, nil
 }
@@ -281,7 +281,7 @@ func (h *Host) DeleteTemplate(ctx context.Context, name string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.templates[name]; !ok {
-		return fmt.Errorf("%w: template %s", sandbox.ErrNotFound, name)
+		return fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
 	}
 	delete(h.templates, name)
 	return nil
