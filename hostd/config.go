@@ -73,6 +73,12 @@ type Config struct {
 	// with the key: "api-key" for DATA_DIR/api-key, "env" for
 	// AGENTBOX_API_KEY).
 	KeyMaximums map[string]sandbox.Maximums
+	// MemoryOvercommit and VCPUOvercommit are how many times the host's
+	// memory and CPUs its sandboxes may be promised; MemoryReserveMiB is
+	// the host memory a new sandbox must leave available (0: the defaults,
+	// sandbox.DefaultMemoryOvercommit and the others).
+	MemoryOvercommit, VCPUOvercommit float64
+	MemoryReserveMiB                 int
 	// VMMUIDs is the range of uids, "FIRST-LAST", from which each
 	// sandbox's QEMU gets a uid (and gid) of its own to drop to once it has
 	// opened its files (-runas; see hostd/sandbox jail.go). Empty is

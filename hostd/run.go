@@ -79,6 +79,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec, EventRetention: cfg.EventRetention,
 		Mounts:        mounts.Config{HostRoots: cfg.MountRoots, Secrets: box, GitHosts: cfg.EgressHosts, GitCAFile: cfg.EgressUpstreamCA},
 		BaseSnapshots: cfg.BaseSnapshots != "off", BasePool: max(cfg.BasePool, 0),
+		MemoryOvercommit: cfg.MemoryOvercommit, VCPUOvercommit: cfg.VCPUOvercommit, MemoryReserveMiB: cfg.MemoryReserveMiB,
 	}
 	if err := vmmJail(cfg, drv, log, &opts); err != nil {
 		return err

@@ -53,6 +53,7 @@ const (
 	CodeFileBusy          = "file_busy"
 	CodeFileTooLarge      = "file_too_large"
 	CodeAgentLost         = "agent_unreachable"
+	CodeHostCapacity      = "host_capacity"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -100,6 +101,7 @@ var statusRules = []struct {
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},
 	{sandbox.ErrBadArchive, http.StatusBadRequest, CodeInvalidArchive},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
+	{sandbox.ErrCapacity, http.StatusServiceUnavailable, CodeHostCapacity},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},
 	{oci.ErrBadRef, http.StatusBadRequest, CodeInvalidRequest},
 	{oci.ErrPlainHTTP, http.StatusBadRequest, CodeInvalidRequest},

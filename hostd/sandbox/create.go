@@ -53,6 +53,11 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions) (Info, error) 
 	if opts, err = m.resolve(opts); err != nil {
 		return Info{}, err
 	}
+	release, err := m.capacity.admit(ctx, opts.VCPUs, opts.MemoryMiB)
+	if err != nil {
+		return Info{}, err
+	}
+	defer release() // the sandbox is recorded (running or failed) by then
 	if opts.Mounts, err = m.mnts.validate(ctx, opts.Mounts); err != nil {
 		return Info{}, err
 	}

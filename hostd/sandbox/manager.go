@@ -85,6 +85,12 @@ type Options struct {
 	// ForkParallel is how many of one fork's copies start at once
 	// (default: the host's CPUs, at least 2).
 	ForkParallel int
+	// MemoryOvercommit and VCPUOvercommit are how many times the host's
+	// memory and CPUs the sandboxes may be promised, and MemoryReserveMiB
+	// the host memory a new sandbox must leave available (capacity.go;
+	// zero: the defaults).
+	MemoryOvercommit, VCPUOvercommit float64
+	MemoryReserveMiB                 int
 }
 
 // Validate checks the options.
@@ -131,6 +137,8 @@ type Manager struct {
 	limits limitPolicy
 	// mnts serves the sandboxes' mounts (mounts.go).
 	mnts mountSets
+	// capacity admits sandboxes by what the host can hold.
+	capacity *capacity
 	// jail hands out the VMMs' users (jail.go).
 	jail *vmmJail
 
@@ -223,6 +231,7 @@ func New(opts Options) (*Manager, error) {
 	m.nets = netAttachments{net: opts.Network, reg: &m.reg, log: opts.Logger}
 	m.rec = recorderFeed{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	m.mnts = newMountSets(opts.Mounts, opts.DataDir)
+	m.capacity = newCapacity(opts, m.committed)
 	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil, store: opts.Store, log: opts.Logger}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
 		m.limits.baseMiB = int(info.VirtualSize >> 20)

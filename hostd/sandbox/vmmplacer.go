@@ -45,7 +45,7 @@ func (v *vmmPlacer) place(cfg vmm.Config, b *runningVM) (vmm.Config, error) {
 	}
 	g, release, err := v.held.hold(b.id, func() (*cgroup.Group, error) {
 		return v.cgroups.Create(b.id, cgroup.Limits{CPUs: b.limits.CPUQuota,
-			MemoryBytes: int64(b.limits.HostMemoryMiB) << 20, Background: b.background})
+			MemoryBytes: int64(hostMemoryCap(b.limits.HostMemoryMiB, cfg.MemoryMiB)) << 20, Background: b.background})
 	})
 	if err != nil {
 		return cfg, err
@@ -54,6 +54,18 @@ func (v *vmmPlacer) place(cfg vmm.Config, b *runningVM) (vmm.Config, error) {
 	cfg.Started = g.Add
 	v.record(&cfg)
 	return cfg, nil
+}
+
+// hostMemoryCap is the memory cap of a VMM's cgroup in MiB: the
+// sandbox's host_memory_mib, or by default its guest memory and a quarter
+// more, plus 512 MiB for QEMU itself and its TCG translation cache. With
+// a cap on every VMM, one guest's VMM meets its own cgroup's limit (its
+// page cache reclaimed first) before the host's OOM killer.
+func hostMemoryCap(limitMiB, guestMiB int) int {
+	if limitMiB > 0 {
+		return limitMiB
+	}
+	return guestMiB + guestMiB/4 + 512
 }
 
 // record wraps cfg.Started so that the VMM's identity is on disk before

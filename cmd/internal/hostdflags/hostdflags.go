@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
 // Flags returns hostd's flags, all but --api-key: agentbox declares that
@@ -53,6 +54,12 @@ func Flags() []cli.Flag {
 			hostd.DefaultVMMUIDs + "; off: QEMU runs as root)", Sources: cli.EnvVars("AGENTBOX_VMM_UIDS")},
 		&cli.StringFlag{Name: "vmm-user", Usage: "one unprivileged `USER` every QEMU drops to instead of a uid per sandbox (e.g. nobody; root: no drop)", Sources: cli.EnvVars("AGENTBOX_VMM_USER")},
 		&cli.StringFlag{Name: "limits", Usage: "JSON file of default and maximum sandbox limits, and per-API-key maximums", Sources: cli.EnvVars("AGENTBOX_LIMITS")},
+		&cli.FloatFlag{Name: "memory-overcommit", Value: sandbox.DefaultMemoryOvercommit,
+			Usage: "how many times the host's memory its sandboxes may be promised", Sources: cli.EnvVars("AGENTBOX_MEMORY_OVERCOMMIT")},
+		&cli.FloatFlag{Name: "vcpu-overcommit", Value: sandbox.DefaultVCPUOvercommit,
+			Usage: "how many vCPUs per host CPU its sandboxes may be promised", Sources: cli.EnvVars("AGENTBOX_VCPU_OVERCOMMIT")},
+		&cli.IntFlag{Name: "memory-reserve-mib", Value: sandbox.DefaultMemoryReserveMiB,
+			Usage: "host memory (MiB) a new sandbox must leave available", Sources: cli.EnvVars("AGENTBOX_MEMORY_RESERVE_MIB")},
 		&cli.StringSliceFlag{Name: "insecure-registry", Usage: "allow plain HTTP to this registry `HOST:PORT` for image templates (loopback always may; repeatable)"},
 		&cli.StringSliceFlag{Name: "image-import-dir", Usage: "let API callers build templates from OCI layouts and tarballs under this `DIR` (repeatable)"},
 		&cli.StringFlag{Name: "registry-auth-file", Usage: "Docker config `FILE` with registry credentials for image templates"},
@@ -118,10 +125,12 @@ func Config(cmd *cli.Command, logw io.Writer) (hostd.Config, error) {
 		VMMUser:          cmd.String("vmm-user"),
 		Images: hostd.ImageConfig{InsecureRegistries: cmd.StringSlice("insecure-registry"),
 			ImportDirs: cmd.StringSlice("image-import-dir"), RegistryAuthFile: cmd.String("registry-auth-file")},
-		Logger:          slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: level})),
-		LeaveRunning:    true,
-		DrainOnExit:     cmd.Bool("drain-on-exit"),
-		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
+		Logger:           slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: level})),
+		LeaveRunning:     true,
+		DrainOnExit:      cmd.Bool("drain-on-exit"),
+		MemoryOvercommit: cmd.Float("memory-overcommit"), VCPUOvercommit: cmd.Float("vcpu-overcommit"),
+		MemoryReserveMiB: cmd.Int("memory-reserve-mib"),
+		ShutdownTimeout:  cmd.Duration("shutdown-timeout"),
 	}
 	if p := cmd.String("limits"); p != "" {
 		if err := hostd.LoadLimits(p, &cfg); err != nil {
