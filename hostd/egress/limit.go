@@ -41,7 +41,7 @@ func (p *Proxy) admit(b *box) (ok bool, why string) {
 		return true, ""
 	}
 	if b.warned.CompareAndSwap(false, true) {
-		p.log.Warn("egress connections refused", "sandbox_id", b.id, "reason", why, "for", warnEvery)
+		p.log.Warn("egress connections refused (said once a minute per sandbox)", "sandbox_id", b.id, "reason", why)
 		time.AfterFunc(warnEvery, func() { b.warned.Store(false) })
 	}
 	return false, why

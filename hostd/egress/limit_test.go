@@ -2,14 +2,17 @@ package egress_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,7 +59,8 @@ func (e *env) refusedHTTP(addr string) (int, string) {
 // TCP); another sandbox still connects and is served.
 func TestProxyConnCap(t *testing.T) {
 	const cap = 8
-	e := newEnvWith(t, func(o *egress.Options) { o.MaxConnsPerSandbox = cap })
+	warns := &warnCounter{}
+	e := newEnvWith(t, func(o *egress.Options) { o.MaxConnsPerSandbox, o.Logger = cap, slog.New(warns) })
 	pol := egress.Policy{Mode: egress.ModeProxy, AllowDomains: []string{"allowed.test"}, AllowPorts: []int{80, 8443}}
 	e.attach("a", "127.0.0.2", 80, pol)
 	e.attach("b", "127.0.0.3", 80, pol)
@@ -77,6 +81,11 @@ func TestProxyConnCap(t *testing.T) {
 
 	e.hold("127.0.0.4:8443", cap)
 	expectReset(t, e, "127.0.0.4:8443")
+
+	e.refusedHTTP("127.0.0.2:80")
+	if n := warns.n.Load(); n != 2 {
+		t.Errorf("%d warnings for two sandboxes' refusals within a minute, want 2", n)
+	}
 
 	code, got, err := get(t, e.client("127.0.0.3:80"), "http://allowed.test/b")
 	if err != nil || code != 200 || !strings.Contains(got, "hello from upstream") {
@@ -136,6 +145,19 @@ func TestProxyFDBudget(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("/healthz: got %d, want 200", resp.StatusCode)
 	}
+}
+
+// warnCounter counts the warnings logged through it.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		w.n.Add(1)
+	}
+	return nil
 }
 
 func expectReset(t *testing.T, e *env, addr string) {

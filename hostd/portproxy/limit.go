@@ -63,7 +63,7 @@ func (l *limiter) admit(id string) (func(), error) {
 			}
 		}
 		l.warned[id] = now
-		l.log.Warn("service url requests refused", "sandbox_id", id, "err", err, "for", warnEvery)
+		l.log.Warn("service url requests refused (said once a minute per sandbox)", "sandbox_id", id, "err", err)
 	}
 	return nil, err
 }

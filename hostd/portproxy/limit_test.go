@@ -1,12 +1,15 @@
 package portproxy
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
@@ -46,6 +49,19 @@ func capEnv(t *testing.T, opts Options) *httptest.Server {
 	return srv
 }
 
+// warnCounter counts the warnings logged through it.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		w.n.Add(1)
+	}
+	return nil
+}
+
 func fetch(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -61,7 +77,8 @@ func fetch(t *testing.T, url string) (int, string) {
 // a 503 that names the cap; another sandbox and the API still answer.
 func TestServiceURLCap(t *testing.T) {
 	const cap = 3
-	srv := capEnv(t, Options{MaxConnsPerSandbox: cap})
+	warns := &warnCounter{}
+	srv := capEnv(t, Options{MaxConnsPerSandbox: cap, Logger: slog.New(warns)})
 	for range cap {
 		resp, err := http.Get(srv.URL + "/v1/sandboxes/sb-1/ports/80/hold")
 		if err != nil || resp.StatusCode != 200 {
@@ -72,6 +89,12 @@ func TestServiceURLCap(t *testing.T) {
 	code, body := fetch(t, srv.URL+"/v1/sandboxes/sb-1/ports/80/a")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, fmt.Sprintf("cap of %d concurrent", cap)) {
 		t.Errorf("past the cap: got %d %q, want 503 naming the cap", code, body)
+	}
+	for range 3 {
+		fetch(t, srv.URL+"/v1/sandboxes/sb-1/ports/80/a")
+	}
+	if n := warns.n.Load(); n != 1 {
+		t.Errorf("%d warnings for 4 refusals within a minute, want 1", n)
 	}
 	if code, body := fetch(t, srv.URL+"/v1/sandboxes/sb-other/ports/80/a"); code != 200 || body != "guest /a" {
 		t.Errorf("another sandbox: got %d %q, want 200", code, body)
