@@ -965,6 +965,12 @@ type Limits struct {
 
 // Mount defines model for Mount.
 type Mount struct {
+	// AllowSymlinks A host mount only: let the guest make symlinks, relative ones
+	// whose target stays inside the mount. Off (the default), every
+	// symlink the guest makes there fails with EPERM; on, an absolute
+	// target or one that leads out (../../etc) still does.
+	AllowSymlinks bool `json:"allow_symlinks,omitempty"`
+
 	// Bucket An s3 mount's bucket.
 	Bucket string `json:"bucket,omitempty"`
 

@@ -61,6 +61,12 @@ type Config struct {
 	// EgressHosts maps upstream names to addresses for the egress proxy,
 	// before the host's resolver (split DNS; tests' upstreams).
 	EgressHosts map[string]string
+	// EgressConnsPerSandbox caps each sandbox's concurrent connections to
+	// the egress proxy (0: egress.DefaultMaxConns, 512).
+	EgressConnsPerSandbox int
+	// ServiceConnsPerSandbox caps each sandbox's concurrent service-URL
+	// requests (0: portproxy.DefaultMaxConns, 256).
+	ServiceConnsPerSandbox int
 	// EgressUpstreamCA is a PEM file of extra roots the proxy trusts for
 	// upstream TLS (tests only).
 	EgressUpstreamCA string

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
 	"github.com/agentbox/agentbox/hostd/metrics"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/hostd/sandboxnet"
@@ -15,8 +16,9 @@ import (
 // newNetwork builds the secret box, the egress CA and the sandbox network
 // service. With cfg.Network "off" there is no network service (sandboxes get
 // no NIC), but secrets are still served. met counts the leftover namespaces
-// that cannot be removed.
-func newNetwork(cfg Config, st *store.Store, met *metrics.Metrics) (sandbox.Network, *secrets.Box, error) {
+// that cannot be removed; the proxy's connections take their descriptors
+// from fds.
+func newNetwork(cfg Config, st *store.Store, met *metrics.Metrics, fds *fdbudget.Budget) (sandbox.Network, *secrets.Box, error) {
 	box, err := secrets.Open(cfg.DataDir, st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostd: %w", err)
@@ -40,7 +42,8 @@ func newNetwork(cfg Config, st *store.Store, met *metrics.Metrics) (sandbox.Netw
 	}
 	svc, err := sandboxnet.New(sandboxnet.Options{
 		DataDir: cfg.DataDir, Store: st, Logger: cfg.Logger, Unremoved: met.NetnsUnremoved,
-		Proxy: egress.Options{CA: ca, Secrets: box, Hosts: cfg.EgressHosts, UpstreamRootsPEM: roots},
+		Proxy: egress.Options{CA: ca, Secrets: box, Hosts: cfg.EgressHosts, UpstreamRootsPEM: roots,
+			MaxConnsPerSandbox: cfg.EgressConnsPerSandbox, Budget: fds},
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("hostd: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
 	"github.com/agentbox/agentbox/hostd/egress"
+	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
 	"github.com/agentbox/agentbox/hostd/metrics"
 	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/portproxy"
@@ -57,7 +58,14 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	}
 	log.Info("vmm chosen", "vmm", health.VMM, "accel", health.Accel)
 	met := metrics.New()
-	network, box, err := newNetwork(cfg, st, met)
+	// The proxies that serve guests stop taking connections short of the
+	// descriptor limit; the reserve is the API's, the store's and the VMMs'.
+	fds, err := fdbudget.FromRlimit()
+	if err != nil {
+		return fmt.Errorf("hostd: %w", err)
+	}
+	log.Info("guest connections' descriptor budget", "max", fds.Max())
+	network, box, err := newNetwork(cfg, st, met, fds)
 	if err != nil {
 		return err
 	}
@@ -110,7 +118,8 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	go func() { defer close(reaped); mgr.Reap(rctx, cfg.ReapInterval) }() // zero: sandbox.DefaultReapInterval
 	defer func() { stopReaper(); <-reaped }()
 	authn := auth.New(st)
-	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log, Now: cfg.Now})
+	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log, Now: cfg.Now,
+		MaxConnsPerSandbox: cfg.ServiceConnsPerSandbox, Budget: fds})
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
 	}

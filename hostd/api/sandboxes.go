@@ -185,7 +185,7 @@ func toMounts(in []Mount) []mounts.Spec {
 		}
 		out = append(out, mounts.Spec{Type: string(m.Type), Source: src, Path: m.Path, ReadOnly: m.ReadOnly,
 			Endpoint: m.Endpoint, Bucket: m.Bucket, Prefix: m.Prefix, Region: m.Region, Secret: m.Secret,
-			URL: m.URL, Ref: m.Ref})
+			URL: m.URL, Ref: m.Ref, AllowSymlinks: m.AllowSymlinks})
 	}
 	return out
 }

@@ -22,11 +22,18 @@ const peekTimeout = 30 * time.Second
 
 func (p *Proxy) acceptLoop(b *box) {
 	for {
-		c, err := b.ls.TCP.AcceptTCP()
+		c, err := acceptTCP(b.ls.TCP, p.log, b.id)
 		if err != nil {
 			return // closed by Detach
 		}
-		go p.handle(b, c)
+		if ok, why := p.admit(b); !ok {
+			refuseOver(c, why)
+			continue
+		}
+		go func() {
+			defer p.release(b)
+			p.handle(b, c)
+		}()
 	}
 }
 

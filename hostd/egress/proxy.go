@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
 )
 
 // ErrUnknownSandbox is returned for a sandbox the proxy does not serve.
@@ -40,7 +42,14 @@ type Options struct {
 	// AnswerAddr is what DNS answers for an allowed name: the proxy's
 	// address inside the sandbox namespace.
 	AnswerAddr net.IP
-	Logger     *slog.Logger
+	// MaxConnsPerSandbox caps each sandbox's concurrent connections to
+	// the proxy, DNS over TCP included (0: DefaultMaxConns); one past it
+	// is refused at once.
+	MaxConnsPerSandbox int
+	// Budget, if set, is the host's file descriptors that the proxy's
+	// connections take theirs from; a connection past it is refused.
+	Budget *fdbudget.Budget
+	Logger *slog.Logger
 }
 
 // Proxy serves every sandbox's listeners.
@@ -49,6 +58,7 @@ type Proxy struct {
 	log       *slog.Logger
 	res       *resolver
 	tlsConfig *tls.Config
+	maxConns  int
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -71,7 +81,10 @@ type box struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	open  int // admitted connections (admit)
 	done  bool
+
+	warned atomic.Bool // a refusal was logged within warnEvery
 }
 
 // New returns a Proxy.
@@ -96,7 +109,10 @@ func New(opts Options) (*Proxy, error) {
 	if len(opts.UpstreamRootsPEM) > 0 && !roots.AppendCertsFromPEM(opts.UpstreamRootsPEM) {
 		return nil, errors.New("egress: UpstreamRootsPEM holds no certificate")
 	}
-	p := &Proxy{opts: opts, log: opts.Logger, res: res, boxes: map[string]*box{}}
+	p := &Proxy{opts: opts, log: opts.Logger, res: res, boxes: map[string]*box{}, maxConns: opts.MaxConnsPerSandbox}
+	if p.maxConns <= 0 {
+		p.maxConns = DefaultMaxConns
+	}
 	p.tlsConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return p, nil
 }
@@ -133,7 +149,7 @@ func (p *Proxy) Attach(id string, pol Policy, ls Listeners) error {
 	p.boxes[id] = b
 	p.mu.Unlock()
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, m *dns.Msg) { p.serveDNS(b, w, m) })
-	b.dns = []*dns.Server{{PacketConn: ls.DNSUDP, Handler: h}, {Listener: ls.DNSTCP, Handler: h}}
+	b.dns = []*dns.Server{{PacketConn: ls.DNSUDP, Handler: h}, {Listener: dnsListener{TCPListener: ls.DNSTCP, p: p, b: b}, Handler: h}}
 	for _, s := range b.dns {
 		go func() {
 			if err := s.ActivateAndServe(); err != nil && !errors.Is(err, net.ErrClosed) {

@@ -43,7 +43,10 @@ func (s secrets) SecretValue(_ context.Context, name string) ([]byte, error) {
 	return []byte(v), nil
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the proxy's options changed by set.
+func newEnvWith(t *testing.T, set func(*egress.Options)) *env {
 	up := nettest.NewWithoutSinks(t)
 	e := &env{t: t, up: up, ns: "abtest-eg-" + strings.ReplaceAll(up.IP.String(), ".", ""), events: make(chan egress.Event, 1000)}
 	if err := netns.InNew(e.ns, func() error {
@@ -61,9 +64,18 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.ca = ca
-	e.proxy, err = egress.New(egress.Options{CA: ca, Hosts: up.Hosts(), UpstreamRootsPEM: up.CA.PEM,
+	opts := egress.Options{CA: ca, Hosts: up.Hosts(), UpstreamRootsPEM: up.CA.PEM,
 		AnswerAddr: net.IPv4(10, 0, 0, 1), Secrets: secrets{"gh": "s3cr3t-value"},
-		Recorder: egress.RecorderFunc(func(ev egress.Event) { e.events <- ev }), Logger: slog.New(slog.DiscardHandler)})
+		Recorder: egress.RecorderFunc(func(ev egress.Event) {
+			select {
+			case e.events <- ev:
+			default: // a flood's events are not what its test reads
+			}
+		}), Logger: slog.New(slog.DiscardHandler)}
+	if set != nil {
+		set(&opts)
+	}
+	e.proxy, err = egress.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,8 +112,9 @@ func TestFUSEHostDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	gdir := t.TempDir()
-	rw, ro := filepath.Join(gdir, "rw"), filepath.Join(gdir, "ro")
-	h := newHarness(t, []Spec{{Type: TypeHost, Source: src, Path: rw}, {Type: TypeHost, Source: src, Path: ro, ReadOnly: true}})
+	rw, ro, nolinks := filepath.Join(gdir, "rw"), filepath.Join(gdir, "ro"), filepath.Join(gdir, "nolinks")
+	h := newHarness(t, []Spec{{Type: TypeHost, Source: src, Path: rw, AllowSymlinks: true}, {Type: TypeHost, Source: src, Path: ro, ReadOnly: true},
+		{Type: TypeHost, Source: src, Path: nolinks}})
 	h.connect()
 
 	if b, err := os.ReadFile(filepath.Join(ro, "hello.txt")); err != nil || string(b) != "hello from the host\n" {
@@ -155,6 +156,15 @@ func TestFUSEHostDir(t *testing.T) {
 	}
 	if tgt, err := os.Readlink(filepath.Join(rw, "link")); err != nil || tgt != "big2" {
 		t.Fatalf("readlink: %q, %v", tgt, err)
+	}
+	// No link that a host program would follow out of the mount, and none
+	// at all where the mount does not allow them.
+	for _, l := range []struct{ target, at string }{
+		{"/etc/passwd", filepath.Join(rw, "x")}, {"../../etc", filepath.Join(rw, "x")}, {"big2", filepath.Join(nolinks, "x")},
+	} {
+		if err := os.Symlink(l.target, l.at); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("ln -s %s %s: got %v, want EPERM", l.target, l.at, err)
+		}
 	}
 	for _, p := range []string{"link", "big2", "sub"} {
 		if err := os.Remove(filepath.Join(rw, p)); err != nil {

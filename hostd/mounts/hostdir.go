@@ -32,15 +32,19 @@ type backend interface {
 }
 
 // hostDir serves a host directory through os.Root, which refuses any path
-// (or symlink) that leads out of it.
-type hostDir struct{ root *os.Root }
+// (or symlink) that leads out of it. symlinks lets the guest make symlinks
+// that stay inside (symlinks.go).
+type hostDir struct {
+	root     *os.Root
+	symlinks bool
+}
 
-func openHostDir(dir string) (*hostDir, error) {
+func openHostDir(dir string, symlinks bool) (*hostDir, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &hostDir{root: r}, nil
+	return &hostDir{root: r, symlinks: symlinks}, nil
 }
 
 func (h *hostDir) Close() error { return h.root.Close() }
@@ -157,9 +161,7 @@ func (h *hostDir) Create(p string, perm fs.FileMode, excl bool) error {
 }
 
 func (h *hostDir) Mkdir(p string, perm fs.FileMode) error { return h.root.Mkdir(p, perm) }
-func (h *hostDir) Symlink(target, p string) error         { return h.root.Symlink(target, p) }
 func (h *hostDir) Readlink(p string) (string, error)      { return h.root.Readlink(p) }
-func (h *hostDir) Rename(from, to string) error           { return h.root.Rename(from, to) }
 
 // Remove removes a file (dir false) or an empty directory (dir true), as
 // unlink(2) and rmdir(2) do.

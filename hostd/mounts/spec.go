@@ -61,6 +61,9 @@ type Spec struct {
 	// Path is the absolute guest path the mount appears at.
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// AllowSymlinks lets the guest make symlinks in a host mount, relative
+	// ones that stay inside it; off, every symlink it makes is EPERM.
+	AllowSymlinks bool `json:"allow_symlinks,omitempty"`
 }
 
 // Config is the operator's mount policy.
@@ -119,6 +122,9 @@ func (c Config) Validate(ctx context.Context, specs []Spec) ([]Spec, error) {
 			if within(s.Path, o.Path) || within(o.Path, s.Path) {
 				return nil, fmt.Errorf("%w: mounts[%d]: path %s overlaps mount %s", ErrInvalid, i, s.Path, o.Path)
 			}
+		}
+		if s.AllowSymlinks && s.Type != TypeHost {
+			return nil, fmt.Errorf("%w: mounts[%d]: allow_symlinks is for host mounts (a git mount takes symlinks that stay inside, an s3 mount none)", ErrInvalid, i)
 		}
 		switch s.Type {
 		case TypeHost:

@@ -24,7 +24,7 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := Config{HostRoots: []string{root}}
-	ok, err := c.Validate(t.Context(), []Spec{{Type: TypeHost, Source: data, Path: "/data", ReadOnly: true}, {Type: TypeHost, Source: data + "/sub", Path: "/root/work"}})
+	ok, err := c.Validate(t.Context(), []Spec{{Type: TypeHost, Source: data, Path: "/data", ReadOnly: true}, {Type: TypeHost, Source: data + "/sub", Path: "/root/work", AllowSymlinks: true}})
 	if err != nil || len(ok) != 2 {
 		t.Fatalf("valid mounts: %v", err)
 	}
@@ -55,6 +55,7 @@ func TestValidate(t *testing.T) {
 		"relative path":      {host(data, "data"), "not absolute"},
 		"unknown type":       {[]Spec{{Type: "nfs", Path: "/data"}}, "unknown type"},
 		"overlapping mounts": {append(host(data, "/data"), host(data, "/data/x")...), "overlaps"},
+		"symlinks in s3":     {[]Spec{{Type: TypeS3, Path: "/data", AllowSymlinks: true}}, "allow_symlinks is for host mounts"},
 	} {
 		_, err := c.Validate(t.Context(), tc.specs)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.why) {

@@ -35,6 +35,9 @@ func failureOf(t target, err error) failure {
 	case errors.Is(err, sandbox.ErrNotRunning):
 		return failure{http.StatusConflict, "sandbox_not_running", "Sandbox not running",
 			fmt.Sprintf("Sandbox %s is not running, so nothing can answer on port %d (%v).", t.sandbox, t.port, err)}
+	case errors.Is(err, ErrOverCap):
+		return failure{http.StatusServiceUnavailable, "over_capacity", "Too many connections",
+			fmt.Sprintf("Sandbox %s's port %d cannot take another connection now (%v). Retry once some have closed.", t.sandbox, t.port, err)}
 	case errors.Is(err, channel.ErrPortClosed):
 		return failure{http.StatusBadGateway, "port_closed", "Nothing listening",
 			fmt.Sprintf("Nothing in sandbox %s accepts connections on port %d. Start a server there "+
@@ -49,7 +52,8 @@ func failureOf(t target, err error) failure {
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error) {
 	f := failureOf(t, err)
 	level := slog.LevelDebug
-	if f.status >= 500 && !errors.Is(err, channel.ErrPortClosed) {
+	// A refusal past the cap is logged by the limiter, once a minute.
+	if f.status >= 500 && !errors.Is(err, channel.ErrPortClosed) && !errors.Is(err, ErrOverCap) {
 		level = slog.LevelWarn
 	}
 	p.log.LogAttrs(r.Context(), level, "service url failed", slog.String("sandbox_id", t.sandbox),
@@ -57,6 +61,9 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if errors.Is(err, ErrOverCap) {
+		h.Set("Retry-After", "1")
+	}
 	if f.status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="agentbox"`)
 	}

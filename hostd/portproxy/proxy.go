@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
 	"github.com/agentbox/agentbox/hostd/internal/httpstatus"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
@@ -60,6 +61,13 @@ type Options struct {
 	// Now is the clock that share links are made and checked by; nil is
 	// time.Now (a test moves it to expire a link).
 	Now func() time.Time
+	// MaxConnsPerSandbox caps each sandbox's concurrent service-URL
+	// requests, each a port-forward stream (0: DefaultMaxConns); one past
+	// it is answered 503.
+	MaxConnsPerSandbox int
+	// Budget, if set, is the host's file descriptors that the streams
+	// take theirs from; a request past it is answered 503.
+	Budget *fdbudget.Budget
 }
 
 // Proxy serves service URLs in front of another handler.
@@ -73,6 +81,7 @@ type Proxy struct {
 	rp     *httputil.ReverseProxy
 	tr     *http.Transport
 	res    resumer
+	limit  *limiter
 }
 
 // New returns a Proxy, creating its key file if needed.
@@ -98,7 +107,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{sbx: opts.Sandboxes, auth: opts.Auth, domain: normDomain(opts.Domain),
 		sign: &signer{key: key, now: now}, public: pub, log: log,
-		res: resumer{pending: map[string]chan struct{}{}}}
+		res: resumer{pending: map[string]chan struct{}{}}, limit: newLimiter(opts.MaxConnsPerSandbox, opts.Budget, log)}
 	p.tr = &http.Transport{
 		DialContext:           p.dial,
 		MaxIdleConnsPerHost:   16,
@@ -160,6 +169,12 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 		p.fail(rec, r, t, err)
 		return
 	}
+	release, err := p.limit.admit(t.sandbox)
+	if err != nil {
+		p.fail(rec, r, t, err)
+		return
+	}
+	defer release()
 	if g.cookie != nil {
 		http.SetCookie(rec, g.cookie)
 	}

@@ -28,7 +28,7 @@ type fakeSandboxes struct {
 
 func (f *fakeSandboxes) Get(ctx context.Context, id string) (sandbox.Info, error) {
 	switch id {
-	case "sb-1":
+	case "sb-1", "sb-other":
 		return sandbox.Info{ID: id, State: sandbox.StateRunning}, nil
 	case "sb-paused":
 		f.mu.Lock()

@@ -74,6 +74,10 @@ func TestHostMounts(t *testing.T) {
 		t.Errorf("write to the read-only mount: %q", got)
 	}
 	sh(t, m, info.ID, "echo parent > /work/parent.txt")
+	// No symlink a host program would follow: the mount does not allow them.
+	if got := sh(t, m, info.ID, "ln -s /etc/passwd /work/x 2>&1; echo rc=$?"); !strings.Contains(got, "Operation not permitted") {
+		t.Errorf("ln -s in the host mount: %q, want Operation not permitted", got)
+	}
 	checkS3Mount(t, m, s3, info.ID)
 	if b, _ := os.ReadFile(filepath.Join(rw, "parent.txt")); string(b) != "parent\n" {
 		t.Fatalf("host sees %q after the guest's write", b)
