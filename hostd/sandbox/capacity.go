@@ -44,7 +44,7 @@ type capacity struct {
 	hostMem func() (totalMiB, availMiB int, err error)
 	cpus    int
 
-	mu                   sync.Mutex
+	mu                       sync.Mutex
 	pendingVCPUs, pendingMiB int
 }
 
