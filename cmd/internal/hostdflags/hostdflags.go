@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -58,12 +59,12 @@ func Flags() []cli.Flag {
 			hostd.DefaultVMMUIDs + "; off: QEMU runs as root)", Sources: cli.EnvVars("AGENTBOX_VMM_UIDS")},
 		&cli.StringFlag{Name: "vmm-user", Usage: "one unprivileged `USER` every QEMU drops to instead of a uid per sandbox (e.g. nobody; root: no drop)", Sources: cli.EnvVars("AGENTBOX_VMM_USER")},
 		&cli.StringFlag{Name: "limits", Usage: "JSON file of default and maximum sandbox limits, and per-API-key maximums", Sources: cli.EnvVars("AGENTBOX_LIMITS")},
-		&cli.FloatFlag{Name: "memory-overcommit", Value: sandbox.DefaultMemoryOvercommit,
-			Usage: "how many times the host's memory its sandboxes may be promised", Sources: cli.EnvVars("AGENTBOX_MEMORY_OVERCOMMIT")},
-		&cli.FloatFlag{Name: "vcpu-overcommit", Value: sandbox.DefaultVCPUOvercommit,
-			Usage: "how many vCPUs per host CPU its sandboxes may be promised", Sources: cli.EnvVars("AGENTBOX_VCPU_OVERCOMMIT")},
-		&cli.IntFlag{Name: "memory-reserve-mib", Value: sandbox.DefaultMemoryReserveMiB,
-			Usage: "host memory (MiB) a new sandbox must leave available", Sources: cli.EnvVars("AGENTBOX_MEMORY_RESERVE_MIB")},
+		&cli.FloatFlag{Name: "memory-overcommit", Usage: "how many times the host's memory its sandboxes may be promised (0: hostd's default, " +
+			num(sandbox.DefaultMemoryOvercommit) + ")", Sources: cli.EnvVars("AGENTBOX_MEMORY_OVERCOMMIT")},
+		&cli.FloatFlag{Name: "vcpu-overcommit", Usage: "how many vCPUs per host CPU its sandboxes may be promised (0: hostd's default, " +
+			num(sandbox.DefaultVCPUOvercommit) + ")", Sources: cli.EnvVars("AGENTBOX_VCPU_OVERCOMMIT")},
+		&cli.IntFlag{Name: "memory-reserve-mib", Usage: "host memory (MiB) a new sandbox must leave available (0: hostd's default, " +
+			num(sandbox.DefaultMemoryReserveMiB) + ")", Sources: cli.EnvVars("AGENTBOX_MEMORY_RESERVE_MIB")},
 		&cli.StringSliceFlag{Name: "insecure-registry", Usage: "allow plain HTTP to this registry `HOST:PORT` for image templates (loopback always may; repeatable)"},
 		&cli.StringSliceFlag{Name: "image-import-dir", Usage: "let API callers build templates from OCI layouts and tarballs under this `DIR` (repeatable)"},
 		&cli.StringFlag{Name: "registry-auth-file", Usage: "Docker config `FILE` with registry credentials for image templates"},
@@ -155,3 +156,6 @@ func Action(ctx context.Context, cmd *cli.Command) error {
 	}
 	return hostd.Run(ctx, cfg)
 }
+
+// num prints a default in a flag's usage.
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
