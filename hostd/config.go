@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/vmm"
 )
@@ -73,6 +74,8 @@ type Config struct {
 	// with the key: "api-key" for DATA_DIR/api-key, "env" for
 	// AGENTBOX_API_KEY).
 	KeyMaximums map[string]sandbox.Maximums
+	// ProjectQuotas bound what each named project holds at once.
+	ProjectQuotas map[string]api.Quota
 	// VMMUIDs is the range of uids, "FIRST-LAST", from which each
 	// sandbox's QEMU gets a uid (and gid) of its own to drop to once it has
 	// opened its files (-runas; see hostd/sandbox jail.go). Empty is

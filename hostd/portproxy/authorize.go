@@ -50,7 +50,7 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 		if ok, _ := judge(cred); ok {
 			return grant{viaAuthorization: true}, nil
 		}
-		if p.auth != nil && p.auth.Authenticate(r) == nil {
+		if p.auth != nil && p.authorizeKey(r, t.sandbox) == nil {
 			return grant{viaAuthorization: true}, nil
 		}
 	}
@@ -71,6 +71,20 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 		return grant{}, ErrExpired
 	}
 	return grant{}, ErrUnauthorized
+}
+
+// SandboxAuthenticator is an Authenticator that also decides whether the
+// request's key may reach sandbox id (its project owns it); an
+// Authenticator that is not one accepts any valid key for every sandbox.
+type SandboxAuthenticator interface {
+	AuthenticateFor(r *http.Request, id string) error
+}
+
+func (p *Proxy) authorizeKey(r *http.Request, id string) error {
+	if sa, ok := p.auth.(SandboxAuthenticator); ok {
+		return sa.AuthenticateFor(r, id)
+	}
+	return p.auth.Authenticate(r)
 }
 
 // cookie holds cred for later requests to t's URL; a share link's cookie
