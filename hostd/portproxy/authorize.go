@@ -1,6 +1,7 @@
 package portproxy
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -42,7 +43,10 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 	}
 	sawExpired := false
 	judge := func(cred string) (bool, time.Time) {
-		v, exp := p.sign.check(cred, t.sandbox, t.port)
+		v, exp, keyID := p.sign.checkShare(cred, t.sandbox, t.port)
+		if v == valid && keyID != "" && !p.keyLives(r, keyID) {
+			v = invalid
+		}
 		sawExpired = sawExpired || v == expired
 		return v == valid, exp
 	}
@@ -78,6 +82,18 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 // Authenticator that is not one accepts any valid key for every sandbox.
 type SandboxAuthenticator interface {
 	AuthenticateFor(r *http.Request, id string) error
+}
+
+// KeyChecker is an Authenticator that tells whether the key that minted a
+// share link still lives (*auth.Authenticator implements it): a link dies
+// with its key. With one that is not, links live until they expire.
+type KeyChecker interface {
+	Check(ctx context.Context, keyID string) error
+}
+
+func (p *Proxy) keyLives(r *http.Request, keyID string) bool {
+	kc, ok := p.auth.(KeyChecker)
+	return !ok || kc.Check(r.Context(), keyID) == nil
 }
 
 func (p *Proxy) authorizeKey(r *http.Request, id string) error {
