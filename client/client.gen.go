@@ -98,7 +98,7 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+	// GetMetrics Operator metrics in the Prometheus text format (needs an admin key).
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -573,12 +573,18 @@ type ClientInterface interface {
 
 	// CreateShareLinkWithBody Make a signed share link to a port that expires.
 	//
+	// The link carries the id of the key that made it, signed in: it opens
+	// nothing once that key is revoked or expires, whatever its own expiry.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 	CreateShareLinkWithBody(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateShareLink Make a signed share link to a port that expires.
+	//
+	// The link carries the id of the key that made it, signed in: it opens
+	// nothing once that key is revoked or expires, whatever its own expiry.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -740,7 +746,7 @@ func (c *Raw) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 	return c.Client.Do(req)
 }
 
-// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+// GetMetrics Operator metrics in the Prometheus text format (needs an admin key).
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
 func (c *Raw) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1645,6 +1651,9 @@ func (c *Raw) SetPort(ctx context.Context, id SandboxID, port Port, body SetPort
 
 // CreateShareLinkWithBody Make a signed share link to a port that expires.
 //
+// The link carries the id of the key that made it, signed in: it opens
+// nothing once that key is revoked or expires, whatever its own expiry.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
@@ -1661,6 +1670,9 @@ func (c *Raw) CreateShareLinkWithBody(ctx context.Context, id SandboxID, port Po
 }
 
 // CreateShareLink Make a signed share link to a port that expires.
+//
+// The link carries the id of the key that made it, signed in: it opens
+// nothing once that key is revoked or expires, whatever its own expiry.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4417,7 +4429,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
-	// GetMetricsWithResponse Operator metrics in the Prometheus text format (needs the API key).
+	// GetMetricsWithResponse Operator metrics in the Prometheus text format (needs an admin key).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4938,12 +4950,18 @@ type ClientWithResponsesInterface interface {
 
 	// CreateShareLinkWithBodyWithResponse Make a signed share link to a port that expires.
 	//
+	// The link carries the id of the key that made it, signed in: it opens
+	// nothing once that key is revoked or expires, whatever its own expiry.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 	CreateShareLinkWithBodyWithResponse(ctx context.Context, id SandboxID, port Port, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error)
 
 	// CreateShareLinkWithResponse Make a signed share link to a port that expires.
+	//
+	// The link carries the id of the key that made it, signed in: it opens
+	// nothing once that key is revoked or expires, whatever its own expiry.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7404,7 +7422,7 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 	return ParseGetHealthResponse(rsp)
 }
 
-// GetMetricsWithResponse Operator metrics in the Prometheus text format (needs the API key).
+// GetMetricsWithResponse Operator metrics in the Prometheus text format (needs an admin key).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8183,6 +8201,9 @@ func (c *ClientWithResponses) SetPortWithResponse(ctx context.Context, id Sandbo
 
 // CreateShareLinkWithBodyWithResponse Make a signed share link to a port that expires.
 //
+// The link carries the id of the key that made it, signed in: it opens
+// nothing once that key is revoked or expires, whatever its own expiry.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
@@ -8195,6 +8216,9 @@ func (c *ClientWithResponses) CreateShareLinkWithBodyWithResponse(ctx context.Co
 }
 
 // CreateShareLinkWithResponse Make a signed share link to a port that expires.
+//
+// The link carries the id of the key that made it, signed in: it opens
+// nothing once that key is revoked or expires, whatever its own expiry.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -19,7 +19,7 @@ type ServerInterface interface {
 	// GetHealth Liveness and backend information.
 	// (GET /healthz)
 	GetHealth(w http.ResponseWriter, r *http.Request)
-	// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+	// GetMetrics Operator metrics in the Prometheus text format (needs an admin key).
 	// (GET /metrics)
 	GetMetrics(w http.ResponseWriter, r *http.Request)
 	// GetOpenAPI This document.
