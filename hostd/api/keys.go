@@ -75,6 +75,8 @@ func (s *server) CreateKey(w http.ResponseWriter, r *http.Request) {
 	var expires time.Time
 	switch {
 	case err != nil:
+	case len(req.Name) > 128:
+		err = badRequest(CodeInvalidRequest, "a key name is at most 128 bytes")
 	case req.ExpiresInS < 0:
 		err = badRequest(CodeInvalidRequest, "expires_in_s must not be negative")
 	case req.ExpiresInS > 0 && req.ExpiresAt != nil:

@@ -147,6 +147,9 @@ func (s *server) CreateSecret(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.secrets.Put(r.Context(), req.Name, []byte(req.Value)); err != nil {
+		if !s.exists(r.Context(), store.KindSecret, req.Name) {
+			s.disown(r.Context(), store.KindSecret, req.Name)
+		}
 		s.writeError(w, r, secretError(err))
 		return
 	}

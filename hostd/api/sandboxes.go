@@ -138,7 +138,7 @@ func (s *server) DeleteSandbox(w http.ResponseWriter, r *http.Request, id Sandbo
 		return
 	}
 	s.forgetPorts(r, id)
-	s.disown(r.Context(), store.KindSandbox, id)
+	// The owner stays: a deleted sandbox's events are still its project's.
 	w.WriteHeader(http.StatusNoContent)
 }
 

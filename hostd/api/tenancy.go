@@ -198,17 +198,42 @@ func (s *server) claim(ctx context.Context, kind, name string, shared bool) erro
 	if shared && !isAdmin(ctx) {
 		return forbidden("only an admin may share a %s", kind)
 	}
+	taken := &apiError{status: http.StatusConflict, code: CodeNameTaken, msg: fmt.Sprintf("%s name %q is taken", kind, name)}
 	o, err := s.tenancy.GetOwner(ctx, kind, name)
 	switch {
+	case errors.Is(err, store.ErrNotFound) && !isAdmin(ctx) && s.exists(ctx, kind, name):
+		// hostd's own, with no owner: only an admin replaces it.
+		return taken
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return err
 	case o.Project != caller(ctx).Project && !isAdmin(ctx):
-		return &apiError{status: http.StatusConflict, code: CodeNameTaken, msg: fmt.Sprintf("%s name %q is taken", kind, name)}
+		return taken
 	case o.Shared && !isAdmin(ctx):
 		return forbidden("%s %s is shared: only an admin may change it", kind, name)
 	}
 	return s.own(ctx, kind, name, shared)
+}
+
+// exists reports whether a template or secret of name is stored.
+func (s *server) exists(ctx context.Context, kind, name string) bool {
+	switch kind {
+	case store.KindTemplate:
+		_, err := s.m.GetTemplate(ctx, name)
+		return err == nil
+	case store.KindSecret:
+		if s.secrets == nil {
+			return false
+		}
+		list, err := s.secrets.List(ctx)
+		for _, m := range list {
+			if m.Name == name {
+				return true
+			}
+		}
+		return err != nil // unsure: taken
+	}
+	return false
 }
 
 // scope returns which resources of kind a list shows: the caller's

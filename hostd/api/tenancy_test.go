@@ -367,3 +367,37 @@ func TestTenancyQuotas(t *testing.T) {
 		t.Errorf("fork over the quota: got %d %s, want 429", st, body)
 	}
 }
+
+// TestTenancyDeletedSandboxEvents: a deleted sandbox's events stay its
+// project's, and no other's.
+func TestTenancyDeletedSandboxEvents(t *testing.T) {
+	e := newTenantEnv(t, nil)
+	ids := e.alphaResources(t)
+	if st, body := e.call(t, e.a, "DELETE", "/v1/sandboxes/"+ids["id"], ""); st != 204 {
+		t.Fatalf("delete: %d %s", st, body)
+	}
+	if st, body := e.call(t, e.a, "GET", "/v1/sandboxes/"+ids["id"]+"/events", ""); st != 200 {
+		t.Errorf("alpha's deleted sandbox's events: got %d %s, want 200", st, body)
+	}
+	if st, body := e.call(t, e.b, "GET", "/v1/sandboxes/"+ids["id"]+"/events", ""); st != 404 {
+		t.Errorf("beta: got %d %s, want 404", st, body)
+	}
+}
+
+// TestTenancyUnownedTemplate: a template with no owner (hostd's own) is no
+// member's to use or replace, and an admin's.
+func TestTenancyUnownedTemplate(t *testing.T) {
+	e := newTenantEnv(t, nil)
+	if _, err := e.m.CreateTemplate(context.Background(), "base", "sn-x", 0); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := e.call(t, e.b, "POST", "/v1/templates", `{"name":"base"}`); st != 409 || errCode(body) != CodeNameTaken {
+		t.Errorf("a member replaces it: got %d %s, want 409 name_taken", st, body)
+	}
+	if st, body := e.call(t, e.b, "GET", "/v1/templates/base", ""); st != 404 {
+		t.Errorf("a member reads it: got %d %s, want 404", st, body)
+	}
+	if st, body := e.call(t, e.admin, "GET", "/v1/templates/base", ""); st != 200 {
+		t.Errorf("the admin reads it: got %d %s, want 200", st, body)
+	}
+}
