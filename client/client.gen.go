@@ -108,7 +108,7 @@ type ClientInterface interface {
 	// Corresponds with GET /openapi.yaml (the `GetOpenAPI` operationId).
 	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListKeys List the live keys of the caller's project (admin - any project), never their secrets.
+	// ListKeys List live keys, never their secrets - an admin's of its project (or ?project=), a member's own key only.
 	//
 	// Corresponds with GET /v1/keys (the `ListKeys` operationId).
 	ListKeys(ctx context.Context, params *ListKeysParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -776,7 +776,7 @@ func (c *Raw) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// ListKeys List the live keys of the caller's project (admin - any project), never their secrets.
+// ListKeys List live keys, never their secrets - an admin's of its project (or ?project=), a member's own key only.
 //
 // Corresponds with GET /v1/keys (the `ListKeys` operationId).
 func (c *Raw) ListKeys(ctx context.Context, params *ListKeysParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4443,7 +4443,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /openapi.yaml (the `GetOpenAPI` operationId).
 	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
 
-	// ListKeysWithResponse List the live keys of the caller's project (admin - any project), never their secrets.
+	// ListKeysWithResponse List live keys, never their secrets - an admin's of its project (or ?project=), a member's own key only.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7448,7 +7448,7 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 	return ParseGetOpenAPIResponse(rsp)
 }
 
-// ListKeysWithResponse List the live keys of the caller's project (admin - any project), never their secrets.
+// ListKeysWithResponse List live keys, never their secrets - an admin's of its project (or ?project=), a member's own key only.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -25,7 +25,7 @@ type ServerInterface interface {
 	// GetOpenAPI This document.
 	// (GET /openapi.yaml)
 	GetOpenAPI(w http.ResponseWriter, r *http.Request)
-	// ListKeys List the live keys of the caller's project (admin - any project), never their secrets.
+	// ListKeys List live keys, never their secrets - an admin's of its project (or ?project=), a member's own key only.
 	// (GET /v1/keys)
 	ListKeys(w http.ResponseWriter, r *http.Request, params ListKeysParams)
 	// CreateKey Create an API key (admin); its secret is in this answer only.

@@ -401,3 +401,36 @@ func TestTenancyUnownedTemplate(t *testing.T) {
 		t.Errorf("the admin reads it: got %d %s, want 200", st, body)
 	}
 }
+
+// TestTenancyQuotaConcurrentCreates: creates at once take the project no
+// further than its quota (admissions in flight are reserved).
+func TestTenancyQuotaConcurrentCreates(t *testing.T) {
+	e := newTenantEnv(t, map[string]Quota{"alpha": {Sandboxes: 3}})
+	codes := make(chan int, 10)
+	for range 10 {
+		go func() {
+			st, _ := e.call(t, e.a, "POST", "/v1/sandboxes", `{}`)
+			codes <- st
+		}()
+	}
+	n := 0
+	for range 10 {
+		if <-codes == 201 {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Errorf("creates admitted: got %d, want 3", n)
+	}
+}
+
+// TestTenancySnapshotQuota: a snapshot is refused once the project's
+// snapshots reach snapshot_bytes.
+func TestTenancySnapshotQuota(t *testing.T) {
+	e := newTenantEnv(t, map[string]Quota{"alpha": {SnapshotBytes: 1 << 20}})
+	ids := e.alphaResources(t) // one snapshot of 1 MiB
+	st, body := e.call(t, e.a, "POST", "/v1/sandboxes/"+ids["id"]+"/snapshots", `{}`)
+	if st != http.StatusTooManyRequests || !strings.Contains(body, "snapshot_bytes is 1048576") {
+		t.Errorf("a snapshot over the quota: got %d %s, want 429 naming snapshot_bytes", st, body)
+	}
+}

@@ -399,7 +399,7 @@ func (m *Keys) HasAPIKey(ctx context.Context, hash string) (bool, error) {
 // their contents or lineage.
 
 // Snapshot records the call and returns (and keeps) a snapshot "sn-ID" of
-// a known sandbox.
+// a known sandbox, of 1 MiB.
 func (f *Manager) Snapshot(ctx context.Context, id string, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error) {
 	if err := f.call("Snapshot " + id); err != nil {
 		return sandbox.SnapshotInfo{}, err
@@ -408,7 +408,7 @@ func (f *Manager) Snapshot(ctx context.Context, id string, opts sandbox.Snapshot
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
-	sn := sandbox.SnapshotInfo{ID: "sn-" + id, Kind: "snapshot", SandboxID: id, VCPUs: info.VCPUs, MemoryMiB: info.MemoryMiB}
+	sn := sandbox.SnapshotInfo{ID: "sn-" + id, Kind: "snapshot", SandboxID: id, VCPUs: info.VCPUs, MemoryMiB: info.MemoryMiB, SizeBytes: 1 << 20}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snapshots[sn.ID] = sn
