@@ -186,7 +186,7 @@ func (s *server) RotateKey(w http.ResponseWriter, r *http.Request) {
 	}
 	var rec store.APIKey
 	if err == nil {
-		rec, err = s.tenancy.GetAPIKey(ctx, "key_"+auth.Hash(key)[:16])
+		rec, err = s.tenancy.GetAPIKey(ctx, auth.BootstrapID(key))
 	}
 	if err != nil {
 		s.writeError(w, r, err)

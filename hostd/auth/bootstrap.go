@@ -71,9 +71,13 @@ func addBootstrap(ctx context.Context, ks KeyStore, name, key string) error {
 		return ks.AddAPIKey(ctx, name, Hash(key))
 	}
 	h := Hash(key)
-	rec := store.APIKey{ID: "key_" + h[:16], Name: name, Prefix: VisiblePrefix(key), CreatedAt: time.Now().UTC()}
+	rec := store.APIKey{ID: BootstrapID(key), Name: name, Prefix: VisiblePrefix(key), CreatedAt: time.Now().UTC()}
 	return bs.AddBootstrapKey(ctx, rec, h)
 }
+
+// BootstrapID is the id of bootstrap key key: made of its hash, as the
+// store's migration names the keys it found.
+func BootstrapID(key string) string { return "key_" + Hash(key)[:16] }
 
 // Rotate makes a new bootstrap key, stores it (revoking the previous
 // bootstrap key) and writes it to dataDir/api-key, and returns it. The key
