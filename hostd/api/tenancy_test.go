@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -28,6 +29,7 @@ type tenantEnv struct {
 	m                 *apitest.Manager
 	st                *store.Store
 	srv               *httptest.Server
+	log               *syncBuffer
 	admin, a, b       string
 	adminID, aID, bID string
 }
@@ -40,7 +42,7 @@ func newTenantEnv(t *testing.T, quotas map[string]Quota) *tenantEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &tenantEnv{m: apitest.NewManager(), st: st}
+	e := &tenantEnv{m: apitest.NewManager(), st: st, log: &syncBuffer{}}
 	newKey := func(project, role string) (string, string) {
 		key, rec, err := auth.NewRecord(role+"-of-"+project, project, role, time.Time{})
 		if err == nil {
@@ -60,7 +62,7 @@ func newTenantEnv(t *testing.T, quotas map[string]Quota) *tenantEnv {
 	e.a, e.aID = newKey("alpha", store.RoleMember)
 	e.b, e.bID = newKey("beta", store.RoleMember)
 	rec := recorder.New(recorder.Options{Store: st, KeyName: KeyID})
-	h := New(Options{Manager: e.m, Auth: auth.New(st), Tenancy: st, Quotas: quotas, Events: rec,
+	h := New(Options{Manager: e.m, Auth: auth.New(st), Tenancy: st, Quotas: quotas, Events: rec, Logger: slog.New(slog.NewTextHandler(e.log, nil)),
 		Network: &fakeNet{pol: egress.Policy{Mode: egress.ModeProxy}}, Secrets: &fakeSecrets{m: map[string]string{}}})
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
@@ -287,14 +289,17 @@ func TestTenancyCreatesFromAnotherProject(t *testing.T) {
 	}
 }
 
-// TestTenancyEventsNameTheKeyID: the flight recorder names a call's key by
-// its id, never the key.
+// TestTenancyEventsNameTheKeyID: the flight recorder and the request log
+// name a call's key by its id, never the key.
 func TestTenancyEventsNameTheKeyID(t *testing.T) {
 	e := newTenantEnv(t, nil)
 	ids := e.alphaResources(t)
 	st, body := e.call(t, e.a, "GET", "/v1/sandboxes/"+ids["id"]+"/events", "")
 	if st != 200 || !strings.Contains(body, e.aID) || strings.Contains(body, e.a) {
 		t.Errorf("events: got %d %s, want the key id %s and never the key", st, body, e.aID)
+	}
+	if log := e.log.String(); !strings.Contains(log, "key_id="+e.aID) || !strings.Contains(log, "project=alpha") || strings.Contains(log, e.a) {
+		t.Errorf("request log: got %q, want key_id=%s and project=alpha, never the key", log, e.aID)
 	}
 }
 
