@@ -8,6 +8,24 @@ import (
 	"time"
 )
 
+// Defines values for APIKeyRole.
+const (
+	APIKeyRoleAdmin  APIKeyRole = "admin"
+	APIKeyRoleMember APIKeyRole = "member"
+)
+
+// Valid indicates whether the value is a known member of the APIKeyRole enum.
+func (e APIKeyRole) Valid() bool {
+	switch e {
+	case APIKeyRoleAdmin:
+		return true
+	case APIKeyRoleMember:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AuditEventType.
 const (
 	AuditEventTypeAPI       AuditEventType = "api"
@@ -35,6 +53,24 @@ func (e AuditEventType) Valid() bool {
 	case AuditEventTypePackage:
 		return true
 	case AuditEventTypeRecorder:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateKeyRequestRole.
+const (
+	CreateKeyRequestRoleAdmin  CreateKeyRequestRole = "admin"
+	CreateKeyRequestRoleMember CreateKeyRequestRole = "member"
+)
+
+// Valid indicates whether the value is a known member of the CreateKeyRequestRole enum.
+func (e CreateKeyRequestRole) Valid() bool {
+	switch e {
+	case CreateKeyRequestRoleAdmin:
+		return true
+	case CreateKeyRequestRoleMember:
 		return true
 	default:
 		return false
@@ -473,6 +509,25 @@ type APIAudit struct {
 	Status     int    `json:"status"`
 }
 
+// APIKey defines model for APIKey.
+type APIKey struct {
+	// Bootstrap The key of the data dir's key file or of AGENTBOX_API_KEY.
+	Bootstrap  bool       `json:"bootstrap,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	ID         string     `json:"id"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	Name       string     `json:"name"`
+
+	// Prefix The 8 characters after "ab_" of the key, to recognise it ("" for keys made before prefixes were kept).
+	Prefix  string     `json:"prefix"`
+	Project string     `json:"project"`
+	Role    APIKeyRole `json:"role"`
+}
+
+// APIKeyRole defines model for APIKey.Role.
+type APIKeyRole string
+
 // ArchiveResult defines model for ArchiveResult.
 type ArchiveResult struct {
 	// Bytes Bytes of file content written.
@@ -522,6 +577,29 @@ type AuditEventList struct {
 
 // AuditEventType defines model for AuditEventType.
 type AuditEventType string
+
+// CreateKeyRequest defines model for CreateKeyRequest.
+type CreateKeyRequest struct {
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// ExpiresInS The key expires this many seconds from now (0 = never; at most 10 years, 315360000; at most one of expires_in_s and expires_at).
+	ExpiresInS int    `json:"expires_in_s,omitempty"`
+	Name       string `json:"name,omitempty"`
+
+	// Project The key's project ("" = the caller's).
+	Project string `json:"project,omitempty"`
+
+	// Role "member" (default) works in its project; "admin" manages projects and keys.
+	Role CreateKeyRequestRole `json:"role,omitempty"`
+}
+
+// CreateKeyRequestRole "member" (default) works in its project; "admin" manages projects and keys.
+type CreateKeyRequestRole string
+
+// CreateProjectRequest defines model for CreateProjectRequest.
+type CreateProjectRequest struct {
+	Name string `json:"name"`
+}
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
@@ -645,8 +723,19 @@ type CreateTemplateRequest struct {
 	// PoolSize Sandboxes kept restored and paused for fast creates (0 = none).
 	PoolSize int `json:"pool_size,omitempty"`
 
+	// Shared Admins only - every project may create and fork from the template (only admins change or delete it).
+	Shared bool `json:"shared,omitempty"`
+
 	// SnapshotID The snapshot to name; exactly one of snapshot_id and image.
 	SnapshotID string `json:"snapshot_id,omitempty"`
+}
+
+// CreatedKey defines model for CreatedKey.
+type CreatedKey struct {
+	Key APIKey `json:"key"`
+
+	// Secret The key itself; shown in this answer only.
+	Secret string `json:"secret"`
 }
 
 // Error defines model for Error.
@@ -936,6 +1025,11 @@ type InjectRule struct {
 // ACCESS_KEY_ID:SECRET_ACCESS_KEY); header is then unused.
 type InjectRuleKind string
 
+// KeyList defines model for KeyList.
+type KeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
 // LifecycleAudit defines model for LifecycleAudit.
 type LifecycleAudit struct {
 	Action     LifecycleAuditAction `json:"action"`
@@ -1176,6 +1270,17 @@ type PortAccess struct {
 // PortSettings defines model for PortSettings.
 type PortSettings struct {
 	Public bool `json:"public"`
+}
+
+// Project defines model for Project.
+type Project struct {
+	CreatedAt time.Time `json:"created_at"`
+	Name      string    `json:"name"`
+}
+
+// ProjectList defines model for ProjectList.
+type ProjectList struct {
+	Projects []Project `json:"projects"`
 }
 
 // RecorderAudit defines model for RecorderAudit.
@@ -1444,8 +1549,27 @@ type GuestPath = string
 // Port defines model for Port.
 type Port = int
 
+// ProjectFilter defines model for ProjectFilter.
+type ProjectFilter = string
+
 // SandboxID defines model for SandboxID.
 type SandboxID = string
+
+// ListKeysParams defines parameters for ListKeys.
+type ListKeysParams struct {
+	// Project Admins only: list this project's resources instead of their own,
+	// or every project's with "*". A member's filter naming another
+	// project is refused (403).
+	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
+}
+
+// ListSandboxesParams defines parameters for ListSandboxes.
+type ListSandboxesParams struct {
+	// Project Admins only: list this project's resources instead of their own,
+	// or every project's with "*". A member's filter naming another
+	// project is refused (403).
+	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
+}
 
 // ListSandboxEventsParams defines parameters for ListSandboxEvents.
 type ListSandboxEventsParams struct {
@@ -1567,6 +1691,36 @@ type WatchDirParams struct {
 	// percent-encoded (see FileInfo.raw_path).
 	Path GuestPath `form:"path" json:"path"`
 }
+
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	// Project Admins only: list this project's resources instead of their own,
+	// or every project's with "*". A member's filter naming another
+	// project is refused (403).
+	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
+}
+
+// ListSnapshotsParams defines parameters for ListSnapshots.
+type ListSnapshotsParams struct {
+	// Project Admins only: list this project's resources instead of their own,
+	// or every project's with "*". A member's filter naming another
+	// project is refused (403).
+	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
+}
+
+// ListTemplatesParams defines parameters for ListTemplates.
+type ListTemplatesParams struct {
+	// Project Admins only: list this project's resources instead of their own,
+	// or every project's with "*". A member's filter naming another
+	// project is refused (403).
+	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
+}
+
+// CreateKeyJSONRequestBody defines body for CreateKey for application/json ContentType.
+type CreateKeyJSONRequestBody = CreateKeyRequest
+
+// CreateProjectJSONRequestBody defines body for CreateProject for application/json ContentType.
+type CreateProjectJSONRequestBody = CreateProjectRequest
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = CreateSandboxRequest

@@ -136,7 +136,7 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 // ListSandboxes lists the sandboxes, oldest first.
 func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
 	var list SandboxList
-	err := decode(c.raw.ListSandboxes(ctx))(http.StatusOK, &list)
+	err := decode(c.raw.ListSandboxes(ctx, nil))(http.StatusOK, &list)
 	return list.Sandboxes, err
 }
 

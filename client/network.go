@@ -30,7 +30,7 @@ func (c *Client) CreateSecret(ctx context.Context, name, value string) (SecretIn
 // ListSecrets lists the secrets' names.
 func (c *Client) ListSecrets(ctx context.Context) ([]SecretInfo, error) {
 	var list SecretList
-	err := decode(c.raw.ListSecrets(ctx))(http.StatusOK, &list)
+	err := decode(c.raw.ListSecrets(ctx, nil))(http.StatusOK, &list)
 	return list.Secrets, err
 }
 

@@ -43,7 +43,7 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 // ListSnapshots lists the snapshots, oldest first.
 func (c *Client) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
 	var list SnapshotList
-	err := decode(c.raw.ListSnapshots(ctx))(http.StatusOK, &list)
+	err := decode(c.raw.ListSnapshots(ctx, nil))(http.StatusOK, &list)
 	return list.Snapshots, err
 }
 
@@ -69,7 +69,7 @@ func (c *Client) GetTemplate(ctx context.Context, name string) (Template, error)
 // ListTemplates lists the templates.
 func (c *Client) ListTemplates(ctx context.Context) ([]Template, error) {
 	var list TemplateList
-	err := decode(c.raw.ListTemplates(ctx))(http.StatusOK, &list)
+	err := decode(c.raw.ListTemplates(ctx, nil))(http.StatusOK, &list)
 	return list.Templates, err
 }
 

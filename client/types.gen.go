@@ -4,6 +4,12 @@ package client
 
 import "github.com/agentbox/agentbox/apitypes"
 
+// Defines values for APIKeyRole.
+const (
+	APIKeyRoleAdmin  = apitypes.APIKeyRoleAdmin
+	APIKeyRoleMember = apitypes.APIKeyRoleMember
+)
+
 // Defines values for AuditEventType.
 const (
 	AuditEventTypeAPI       = apitypes.AuditEventTypeAPI
@@ -13,6 +19,12 @@ const (
 	AuditEventTypeNetwork   = apitypes.AuditEventTypeNetwork
 	AuditEventTypePackage   = apitypes.AuditEventTypePackage
 	AuditEventTypeRecorder  = apitypes.AuditEventTypeRecorder
+)
+
+// Defines values for CreateKeyRequestRole.
+const (
+	CreateKeyRequestRoleAdmin  = apitypes.CreateKeyRequestRoleAdmin
+	CreateKeyRequestRoleMember = apitypes.CreateKeyRequestRoleMember
 )
 
 // Defines values for CreateSandboxRequestBoot.
@@ -159,6 +171,12 @@ const (
 // APIAudit defines model for APIAudit.
 type APIAudit = apitypes.APIAudit
 
+// APIKey defines model for APIKey.
+type APIKey = apitypes.APIKey
+
+// APIKeyRole defines model for APIKey.Role.
+type APIKeyRole = apitypes.APIKeyRole
+
 // ArchiveResult defines model for ArchiveResult.
 type ArchiveResult = apitypes.ArchiveResult
 
@@ -172,6 +190,15 @@ type AuditEventList = apitypes.AuditEventList
 
 // AuditEventType defines model for AuditEventType.
 type AuditEventType = apitypes.AuditEventType
+
+// CreateKeyRequest defines model for CreateKeyRequest.
+type CreateKeyRequest = apitypes.CreateKeyRequest
+
+// CreateKeyRequestRole "member" (default) works in its project; "admin" manages projects and keys.
+type CreateKeyRequestRole = apitypes.CreateKeyRequestRole
+
+// CreateProjectRequest defines model for CreateProjectRequest.
+type CreateProjectRequest = apitypes.CreateProjectRequest
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest = apitypes.CreateSandboxRequest
@@ -190,6 +217,9 @@ type CreateSecretRequest = apitypes.CreateSecretRequest
 
 // CreateTemplateRequest defines model for CreateTemplateRequest.
 type CreateTemplateRequest = apitypes.CreateTemplateRequest
+
+// CreatedKey defines model for CreatedKey.
+type CreatedKey = apitypes.CreatedKey
 
 // Error defines model for Error.
 type Error = apitypes.Error
@@ -266,6 +296,9 @@ type InjectRule = apitypes.InjectRule
 // ACCESS_KEY_ID:SECRET_ACCESS_KEY); header is then unused.
 type InjectRuleKind = apitypes.InjectRuleKind
 
+// KeyList defines model for KeyList.
+type KeyList = apitypes.KeyList
+
 // LifecycleAudit defines model for LifecycleAudit.
 type LifecycleAudit = apitypes.LifecycleAudit
 
@@ -338,6 +371,12 @@ type PortAccess = apitypes.PortAccess
 
 // PortSettings defines model for PortSettings.
 type PortSettings = apitypes.PortSettings
+
+// Project defines model for Project.
+type Project = apitypes.Project
+
+// ProjectList defines model for ProjectList.
+type ProjectList = apitypes.ProjectList
 
 // RecorderAudit defines model for RecorderAudit.
 type RecorderAudit = apitypes.RecorderAudit
@@ -427,8 +466,17 @@ type GuestPath = apitypes.GuestPath
 // Port defines model for Port.
 type Port = apitypes.Port
 
+// ProjectFilter defines model for ProjectFilter.
+type ProjectFilter = apitypes.ProjectFilter
+
 // SandboxID defines model for SandboxID.
 type SandboxID = apitypes.SandboxID
+
+// ListKeysParams defines parameters for ListKeys.
+type ListKeysParams = apitypes.ListKeysParams
+
+// ListSandboxesParams defines parameters for ListSandboxes.
+type ListSandboxesParams = apitypes.ListSandboxesParams
 
 // ListSandboxEventsParams defines parameters for ListSandboxEvents.
 type ListSandboxEventsParams = apitypes.ListSandboxEventsParams
@@ -471,6 +519,21 @@ type StatFileParams = apitypes.StatFileParams
 
 // WatchDirParams defines parameters for WatchDir.
 type WatchDirParams = apitypes.WatchDirParams
+
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams = apitypes.ListSecretsParams
+
+// ListSnapshotsParams defines parameters for ListSnapshots.
+type ListSnapshotsParams = apitypes.ListSnapshotsParams
+
+// ListTemplatesParams defines parameters for ListTemplates.
+type ListTemplatesParams = apitypes.ListTemplatesParams
+
+// CreateKeyJSONRequestBody defines body for CreateKey for application/json ContentType.
+type CreateKeyJSONRequestBody = apitypes.CreateKeyJSONRequestBody
+
+// CreateProjectJSONRequestBody defines body for CreateProject for application/json ContentType.
+type CreateProjectJSONRequestBody = apitypes.CreateProjectJSONRequestBody
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = apitypes.CreateSandboxJSONRequestBody

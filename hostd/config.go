@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 	"github.com/agentbox/agentbox/vmm"
 )
@@ -85,6 +86,8 @@ type Config struct {
 	// sandbox.DefaultMemoryOvercommit and the others).
 	MemoryOvercommit, VCPUOvercommit float64
 	MemoryReserveMiB                 int
+	// ProjectQuotas bound what each named project holds at once.
+	ProjectQuotas map[string]api.Quota
 	// VMMUIDs is the range of uids, "FIRST-LAST", from which each
 	// sandbox's QEMU gets a uid (and gid) of its own to drop to once it has
 	// opened its files (-runas; see hostd/sandbox jail.go). Empty is

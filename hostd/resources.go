@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/cgroup"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
@@ -67,6 +68,10 @@ func closeCgroups(cg *cgroup.Manager, log *slog.Logger) {
 type LimitsFile struct {
 	sandbox.LimitOptions
 	Keys map[string]sandbox.Maximums `json:"keys"`
+	// Projects are per-project quotas, by project name:
+	// {"projects": {"team-a": {"sandboxes": 10, "memory_mib": 8192,
+	// "vcpus": 8, "snapshot_bytes": 10737418240}}}.
+	Projects map[string]api.Quota `json:"projects"`
 }
 
 // LoadLimits reads a LimitsFile into cfg.
@@ -81,6 +86,6 @@ func LoadLimits(path string, cfg *Config) error {
 	if err := dec.Decode(&f); err != nil {
 		return fmt.Errorf("hostd: limits %s: %w", path, err)
 	}
-	cfg.Limits, cfg.KeyMaximums = f.LimitOptions, f.Keys
+	cfg.Limits, cfg.KeyMaximums, cfg.ProjectQuotas = f.LimitOptions, f.Keys, f.Projects
 	return nil
 }

@@ -118,7 +118,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	go func() { defer close(reaped); mgr.Reap(rctx, cfg.ReapInterval) }() // zero: sandbox.DefaultReapInterval
 	defer func() { stopReaper(); <-reaped }()
 	authn := auth.New(st)
-	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: authn, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log, Now: cfg.Now,
+	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: tenantAuth{authn, st}, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log, Now: cfg.Now,
 		MaxConnsPerSandbox: cfg.ServiceConnsPerSandbox, Budget: fds})
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
@@ -129,7 +129,9 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return fmt.Errorf("hostd: %w", err)
 	}
 	handler := api.New(api.Options{Manager: mgr.Service(), Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
-		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer, Images: images})
+		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer, Images: images,
+		Tenancy: st, Quotas: cfg.ProjectQuotas, DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB,
+		RotateKey: func(ctx context.Context) (string, error) { return auth.Rotate(ctx, st, cfg.DataDir) }})
 	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
 }
 
@@ -258,6 +260,6 @@ func newRecorder(cfg Config, st *store.Store, tracer trace.Tracer, counted func(
 		// recorder's cost per exec.
 		tracer = nil
 	}
-	rec := recorder.New(recorder.Options{Store: st, Tracer: tracer, KeyName: api.KeyName, Counted: counted, Logger: cfg.Logger})
+	rec := recorder.New(recorder.Options{Store: st, Tracer: tracer, KeyName: api.KeyID, Counted: counted, Logger: cfg.Logger})
 	return rec, rec, nil
 }

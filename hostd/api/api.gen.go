@@ -19,15 +19,33 @@ type ServerInterface interface {
 	// GetHealth Liveness and backend information.
 	// (GET /healthz)
 	GetHealth(w http.ResponseWriter, r *http.Request)
-	// GetMetrics Operator metrics in the Prometheus text format (needs the API key).
+	// GetMetrics Operator metrics in the Prometheus text format (needs an admin key).
 	// (GET /metrics)
 	GetMetrics(w http.ResponseWriter, r *http.Request)
 	// GetOpenAPI This document.
 	// (GET /openapi.yaml)
 	GetOpenAPI(w http.ResponseWriter, r *http.Request)
+	// ListKeys List live keys, never their secrets - an admin's of its project (or ?project=), a member's own key only.
+	// (GET /v1/keys)
+	ListKeys(w http.ResponseWriter, r *http.Request, params ListKeysParams)
+	// CreateKey Create an API key (admin); its secret is in this answer only.
+	// (POST /v1/keys)
+	CreateKey(w http.ResponseWriter, r *http.Request)
+	// RotateKey Make a new bootstrap key (admin), write it to the data dir's key file and revoke the previous one.
+	// (POST /v1/keys/rotate)
+	RotateKey(w http.ResponseWriter, r *http.Request)
+	// RevokeKey Revoke a key (admin; a member - its own key only).
+	// (DELETE /v1/keys/{key_id})
+	RevokeKey(w http.ResponseWriter, r *http.Request, keyID string)
+	// ListProjects List projects (admin).
+	// (GET /v1/projects)
+	ListProjects(w http.ResponseWriter, r *http.Request)
+	// CreateProject Create a project (admin).
+	// (POST /v1/projects)
+	CreateProject(w http.ResponseWriter, r *http.Request)
 	// ListSandboxes List sandboxes, oldest first.
 	// (GET /v1/sandboxes)
-	ListSandboxes(w http.ResponseWriter, r *http.Request)
+	ListSandboxes(w http.ResponseWriter, r *http.Request, params ListSandboxesParams)
 	// CreateSandbox Create and boot a sandbox.
 	// (POST /v1/sandboxes)
 	CreateSandbox(w http.ResponseWriter, r *http.Request)
@@ -120,7 +138,7 @@ type ServerInterface interface {
 	GetUsage(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ListSecrets List the secrets' names (never their values).
 	// (GET /v1/secrets)
-	ListSecrets(w http.ResponseWriter, r *http.Request)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
 	// CreateSecret Store a secret (or replace one of the same name).
 	// (POST /v1/secrets)
 	CreateSecret(w http.ResponseWriter, r *http.Request)
@@ -129,7 +147,7 @@ type ServerInterface interface {
 	DeleteSecret(w http.ResponseWriter, r *http.Request, name string)
 	// ListSnapshots List snapshots, oldest first.
 	// (GET /v1/snapshots)
-	ListSnapshots(w http.ResponseWriter, r *http.Request)
+	ListSnapshots(w http.ResponseWriter, r *http.Request, params ListSnapshotsParams)
 	// DeleteSnapshot Delete a snapshot that nothing uses.
 	// (DELETE /v1/snapshots/{snapshot_id})
 	DeleteSnapshot(w http.ResponseWriter, r *http.Request, snapshotID string)
@@ -138,7 +156,7 @@ type ServerInterface interface {
 	GetSnapshot(w http.ResponseWriter, r *http.Request, snapshotID string)
 	// ListTemplates List templates.
 	// (GET /v1/templates)
-	ListTemplates(w http.ResponseWriter, r *http.Request)
+	ListTemplates(w http.ResponseWriter, r *http.Request, params ListTemplatesParams)
 	// CreateTemplate Name a snapshot as a template, with a warm pool, or build one from an OCI image.
 	// (POST /v1/templates)
 	CreateTemplate(w http.ResponseWriter, r *http.Request)
@@ -201,11 +219,145 @@ func (siw *ServerInterfaceWrapper) GetOpenAPI(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListKeys operation middleware
+func (siw *ServerInterfaceWrapper) ListKeys(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListKeysParams
+
+	// ------------- Optional query parameter "project" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "project", r.URL.Query(), &params.Project, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "project"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "project", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListKeys(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateKey operation middleware
+func (siw *ServerInterfaceWrapper) CreateKey(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateKey(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RotateKey operation middleware
+func (siw *ServerInterfaceWrapper) RotateKey(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RotateKey(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeKey operation middleware
+func (siw *ServerInterfaceWrapper) RevokeKey(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "key_id" -------------
+	var keyID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "key_id", r.PathValue("key_id"), &keyID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "key_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeKey(w, r, keyID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListProjects operation middleware
+func (siw *ServerInterfaceWrapper) ListProjects(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListProjects(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateProject operation middleware
+func (siw *ServerInterfaceWrapper) CreateProject(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateProject(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListSandboxes operation middleware
 func (siw *ServerInterfaceWrapper) ListSandboxes(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSandboxesParams
+
+	// ------------- Optional query parameter "project" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "project", r.URL.Query(), &params.Project, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "project"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "project", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListSandboxes(w, r)
+		siw.Handler.ListSandboxes(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1386,8 +1538,27 @@ func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Reque
 // ListSecrets operation middleware
 func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "project" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "project", r.URL.Query(), &params.Project, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "project"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "project", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListSecrets(w, r)
+		siw.Handler.ListSecrets(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1440,8 +1611,27 @@ func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.R
 // ListSnapshots operation middleware
 func (siw *ServerInterfaceWrapper) ListSnapshots(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSnapshotsParams
+
+	// ------------- Optional query parameter "project" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "project", r.URL.Query(), &params.Project, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "project"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "project", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListSnapshots(w, r)
+		siw.Handler.ListSnapshots(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1506,8 +1696,27 @@ func (siw *ServerInterfaceWrapper) GetSnapshot(w http.ResponseWriter, r *http.Re
 // ListTemplates operation middleware
 func (siw *ServerInterfaceWrapper) ListTemplates(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTemplatesParams
+
+	// ------------- Optional query parameter "project" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "project", r.URL.Query(), &params.Project, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "project"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "project", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListTemplates(w, r)
+		siw.Handler.ListTemplates(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1747,6 +1956,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/secrets", wrapper.ListSecrets)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/secrets", wrapper.CreateSecret)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/secrets/{name}", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/projects", wrapper.ListProjects)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/projects", wrapper.CreateProject)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/keys", wrapper.ListKeys)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/keys", wrapper.CreateKey)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/keys/rotate", wrapper.RotateKey)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/keys/{key_id}", wrapper.RevokeKey)
 
 	return m
 }

@@ -89,6 +89,17 @@ type Options struct {
 	// Images builds templates from OCI images; nil answers such builds
 	// with 501.
 	Images ImageTemplates
+	// Tenancy keeps projects, keys and owners (tenancy.go); nil is one
+	// project whose every key is an admin, and answers the key and
+	// project routes with 501.
+	Tenancy Tenancy
+	// Quotas bound each named project (quota.go); DefaultVCPUs and
+	// DefaultMemoryMiB size, for them, a create that asks for 0.
+	Quotas                         map[string]Quota
+	DefaultVCPUs, DefaultMemoryMiB int
+	// RotateKey makes a new bootstrap key (auth.Rotate); nil answers
+	// POST /v1/keys/rotate with 501.
+	RotateKey func(ctx context.Context) (string, error)
 }
 
 // publicRoutes are the ServeMux patterns that need no API key. Every other
@@ -114,6 +125,10 @@ type server struct {
 	images  ImageTemplates
 	// collect bounds the output held by all collected execs (collect.go).
 	collect *outputBudget
+	tenancy Tenancy
+	keys    Principals
+	quotas  quotas
+	rotate  func(ctx context.Context) (string, error)
 }
 
 var _ ServerInterface = (*server)(nil)
@@ -125,7 +140,10 @@ func New(opts Options) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
-		events: opts.Events, tracer: opts.Tracer, images: opts.Images, collect: newOutputBudget(maxCollectedTotal)}
+		events: opts.Events, tracer: opts.Tracer, images: opts.Images, collect: newOutputBudget(maxCollectedTotal),
+		tenancy: opts.Tenancy, rotate: opts.RotateKey,
+		quotas: quotas{byProject: opts.Quotas, defaultVCPUs: opts.DefaultVCPUs, defaultMemoryMiB: opts.DefaultMemoryMiB}}
+	s.keys, _ = opts.Auth.(Principals)
 	doc, err := loadSpec()
 	if err != nil {
 		panic(err) // the embedded document; TestSpecLoads checks it
@@ -134,7 +152,9 @@ func New(opts Options) http.Handler {
 	HandlerWithOptions(s, StdHTTPServerOptions{
 		BaseRouter:       mux,
 		ErrorHandlerFunc: s.paramError,
-		Middlewares:      []MiddlewareFunc{newValidator(doc).middleware(s)},
+		// The last runs first: the tenancy guard (another project's id is
+		// a 404), then the spec's validation.
+		Middlewares:      []MiddlewareFunc{newValidator(doc).middleware(s), s.guard},
 	})
 	return &router{mux: mux, auth: opts.Auth, s: s}
 }
@@ -176,6 +196,9 @@ func (rt *router) logRequest(r *http.Request, rec *httpstatus.Recorder, start ti
 	}
 	if id := r.PathValue("id"); id != "" {
 		attrs = append(attrs, slog.String("sandbox_id", id))
+	}
+	if k := caller(r.Context()); k.ID != "" {
+		attrs = append(attrs, slog.String("key_id", k.ID), slog.String("project", k.Project))
 	}
 	rt.s.log.LogAttrs(r.Context(), level, "api request", attrs...)
 }

@@ -142,7 +142,14 @@ func (s *server) CreateSecret(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.claim(r.Context(), store.KindSecret, req.Name, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if err := s.secrets.Put(r.Context(), req.Name, []byte(req.Value)); err != nil {
+		if !s.exists(r.Context(), store.KindSecret, req.Name) {
+			s.disown(r.Context(), store.KindSecret, req.Name)
+		}
 		s.writeError(w, r, secretError(err))
 		return
 	}
@@ -160,19 +167,25 @@ func (s *server) CreateSecret(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, r, errors.New("secret vanished after it was stored"))
 }
 
-func (s *server) ListSecrets(w http.ResponseWriter, r *http.Request) {
+func (s *server) ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams) {
 	if s.secrets == nil {
 		s.writeError(w, r, errNoNetwork)
 		return
 	}
-	list, err := s.secrets.List(r.Context())
+	shown, err := s.scope(r.Context(), store.KindSecret, params.Project)
+	var list []store.SecretMeta
+	if err == nil {
+		list, err = s.secrets.List(r.Context())
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	out := SecretList{Secrets: make([]SecretInfo, 0, len(list))}
 	for _, m := range list {
-		out.Secrets = append(out.Secrets, SecretInfo{Name: m.Name, CreatedAt: m.CreatedAt})
+		if shown(m.Name) {
+			out.Secrets = append(out.Secrets, SecretInfo{Name: m.Name, CreatedAt: m.CreatedAt})
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -186,6 +199,7 @@ func (s *server) DeleteSecret(w http.ResponseWriter, r *http.Request, name strin
 		s.writeError(w, r, secretError(err))
 		return
 	}
+	s.disown(r.Context(), store.KindSecret, name)
 	w.WriteHeader(http.StatusNoContent)
 }
 

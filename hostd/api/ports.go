@@ -15,8 +15,9 @@ type Ports interface {
 	Token(id string) string
 	Public(id string, port int) bool
 	SetPublic(id string, port int, public bool) error
-	// ShareToken signs a share link that expires after ttl.
-	ShareToken(id string, port int, ttl time.Duration) (string, time.Time, error)
+	// ShareTokenBy signs a share link that expires after ttl, minted by
+	// key keyID (the link dies with the key).
+	ShareTokenBy(id string, port int, ttl time.Duration, keyID string) (string, time.Time, error)
 	// Forget drops what is kept about a deleted sandbox.
 	Forget(id string) error
 }
@@ -100,7 +101,7 @@ func (s *server) CreateShareLink(w http.ResponseWriter, r *http.Request, id Sand
 		s.writeError(w, r, err)
 		return
 	}
-	tok, exp, err := s.ports.ShareToken(id, port, ttl)
+	tok, exp, err := s.ports.ShareTokenBy(id, port, ttl, caller(r.Context()).ID)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/mounts"
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // maxJSONBody bounds the JSON bodies other than exec's.
@@ -43,6 +44,16 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = errors.Join(checkSeconds(req), checkEnv("env", req.Env), checkEnv("secret_env", req.SecretEnv), s.checkSecrets(r.Context(), req))
 	}
+	if err == nil {
+		err = s.reachSources(r.Context(), req.Snapshot, req.Template)
+	}
+	var release func()
+	if err == nil {
+		release, err = s.admit(r.Context(), 1, req.VCPUs, req.MemoryMiB)
+	}
+	if release != nil {
+		defer release()
+	}
 	var mainCmd []string
 	var mainInGuest bool
 	if err == nil && req.Start {
@@ -67,6 +78,9 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		Caller:    KeyName(r.Context()),
 		Mounts:    toMounts(req.Mounts),
 	})
+	if err == nil {
+		err = s.own(r.Context(), store.KindSandbox, info.ID, false)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -88,15 +102,21 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-func (s *server) ListSandboxes(w http.ResponseWriter, r *http.Request) {
-	infos, err := s.m.List(r.Context())
+func (s *server) ListSandboxes(w http.ResponseWriter, r *http.Request, params ListSandboxesParams) {
+	shown, err := s.scope(r.Context(), store.KindSandbox, params.Project)
+	var infos []sandbox.Info
+	if err == nil {
+		infos, err = s.m.List(r.Context())
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	list := SandboxList{Sandboxes: make([]Sandbox, 0, len(infos))}
 	for _, info := range infos {
-		list.Sandboxes = append(list.Sandboxes, toSandbox(info))
+		if shown(info.ID) {
+			list.Sandboxes = append(list.Sandboxes, toSandbox(info))
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -116,6 +136,7 @@ func (s *server) DeleteSandbox(w http.ResponseWriter, r *http.Request, id Sandbo
 		return
 	}
 	s.forgetPorts(r, id)
+	// The owner stays: a deleted sandbox's events are still its project's.
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -262,7 +283,7 @@ func (s *server) secretsExist(ctx context.Context, names []string) error {
 		known[m.Name] = true
 	}
 	for _, n := range names {
-		if !known[n] {
+		if !known[n] || s.reach(ctx, store.KindSecret, n, false) != nil {
 			return &apiError{status: http.StatusBadRequest, code: CodeSecretNotFound, msg: fmt.Sprintf("secret %q does not exist (create it first: POST /v1/secrets)", n)}
 		}
 	}

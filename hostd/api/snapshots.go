@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // SnapshotManager is what the snapshot, fork, pause and template handlers
@@ -29,7 +31,14 @@ func (s *server) SnapshotSandbox(w http.ResponseWriter, r *http.Request, id Sand
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.admitSnapshot(r.Context()); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	sn, err := s.m.Snapshot(r.Context(), id, sandbox.SnapshotOptions{StayPaused: req.StayPaused, Kind: string(req.Kind), CacheKey: req.CacheKey, Env: req.Env, Cwd: req.Cwd, User: req.User})
+	if err == nil {
+		err = s.own(r.Context(), store.KindSnapshot, sn.ID, false)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -43,7 +52,16 @@ func (s *server) ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxI
 		s.writeError(w, r, err)
 		return
 	}
+	release, err := s.admitLike(r.Context(), id, max(req.Count, 1))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
 	forks, err := s.m.Fork(r.Context(), id, sandbox.ForkOptions{Count: req.Count, Caller: KeyName(r.Context())})
+	for _, f := range forks {
+		err = errors.Join(err, s.own(r.Context(), store.KindSandbox, f.ID, false))
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -60,6 +78,12 @@ func (s *server) PauseSandbox(w http.ResponseWriter, r *http.Request, id Sandbox
 }
 
 func (s *server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	release, err := s.admitLike(r.Context(), id, 0)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
 	s.sandboxResult(w, r)(s.m.Resume(r.Context(), id))
 }
 
@@ -73,15 +97,21 @@ func (s *server) sandboxResult(w http.ResponseWriter, r *http.Request) func(sand
 	}
 }
 
-func (s *server) ListSnapshots(w http.ResponseWriter, r *http.Request) {
-	sns, err := s.m.ListSnapshots(r.Context())
+func (s *server) ListSnapshots(w http.ResponseWriter, r *http.Request, params ListSnapshotsParams) {
+	shown, err := s.scope(r.Context(), store.KindSnapshot, params.Project)
+	var sns []sandbox.SnapshotInfo
+	if err == nil {
+		sns, err = s.m.ListSnapshots(r.Context())
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	list := SnapshotList{Snapshots: make([]Snapshot, 0, len(sns))}
 	for _, sn := range sns {
-		list.Snapshots = append(list.Snapshots, toSnapshot(sn))
+		if shown(sn.ID) {
+			list.Snapshots = append(list.Snapshots, toSnapshot(sn))
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -100,6 +130,7 @@ func (s *server) DeleteSnapshot(w http.ResponseWriter, r *http.Request, snapshot
 		s.writeError(w, r, err)
 		return
 	}
+	s.disown(r.Context(), store.KindSnapshot, snapshotID)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -109,6 +140,11 @@ func (s *server) CreateTemplate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.claimTemplate(r.Context(), req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer s.unclaimTemplate(r.Context(), req.Name)
 	if req.Image != nil {
 		s.buildTemplate(w, r, req)
 		return
@@ -125,15 +161,21 @@ func (s *server) CreateTemplate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, s.withImage(r.Context(), toTemplate(t)))
 }
 
-func (s *server) ListTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.m.ListTemplates(r.Context())
+func (s *server) ListTemplates(w http.ResponseWriter, r *http.Request, params ListTemplatesParams) {
+	shown, err := s.scope(r.Context(), store.KindTemplate, params.Project)
+	var ts []sandbox.TemplateInfo
+	if err == nil {
+		ts, err = s.m.ListTemplates(r.Context())
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	list := TemplateList{Templates: make([]Template, 0, len(ts))}
 	for _, t := range ts {
-		list.Templates = append(list.Templates, s.withImage(r.Context(), toTemplate(t)))
+		if shown(t.Name) {
+			list.Templates = append(list.Templates, s.withImage(r.Context(), toTemplate(t)))
+		}
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -152,6 +194,7 @@ func (s *server) DeleteTemplate(w http.ResponseWriter, r *http.Request, name str
 		s.writeError(w, r, err)
 		return
 	}
+	s.disown(r.Context(), store.KindTemplate, name)
 	w.WriteHeader(http.StatusNoContent)
 }
 

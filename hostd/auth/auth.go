@@ -50,7 +50,8 @@ func Hash(key string) string {
 
 // Authenticator checks requests' bearer keys against a KeyStore.
 type Authenticator struct {
-	keys KeyStore
+	keys    KeyStore
+	touched touched
 }
 
 // New returns an Authenticator that accepts the keys whose hashes ks holds.

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/hostd/store"
 )
 
 // KeyFile is the name of the key file in hostd's data directory.
@@ -20,10 +23,13 @@ const KeyFile = "api-key"
 //   - otherwise a new key is made, stored, and written to dataDir/api-key
 //     with mode 0600, atomically.
 //
-// Only hashes reach the store.
+// Only hashes reach the store. When the store keeps key records
+// (BootstrapStore), the key is an admin key of the default project marked
+// as the bootstrap key, and the previous bootstrap key (an old file or env
+// key) is revoked: replacing the file or the env key rotates the key.
 func Bootstrap(ctx context.Context, ks KeyStore, dataDir, envKey string) (string, error) {
 	if envKey = strings.TrimSpace(envKey); envKey != "" {
-		if err := ks.AddAPIKey(ctx, "env", Hash(envKey)); err != nil {
+		if err := addBootstrap(ctx, ks, "env", envKey); err != nil {
 			return "", fmt.Errorf("auth: bootstrap: %w", err)
 		}
 		return envKey, nil
@@ -36,7 +42,7 @@ func Bootstrap(ctx context.Context, ks KeyStore, dataDir, envKey string) (string
 			return "", err
 		}
 		// Store first: a key in the file must always be accepted.
-		if err := ks.AddAPIKey(ctx, KeyFile, Hash(key)); err != nil {
+		if err := addBootstrap(ctx, ks, KeyFile, key); err != nil {
 			return "", fmt.Errorf("auth: bootstrap: %w", err)
 		}
 		if err := writeFileAtomic(path, []byte(key+"\n"), 0o600); err != nil {
@@ -46,8 +52,47 @@ func Bootstrap(ctx context.Context, ks KeyStore, dataDir, envKey string) (string
 	case err != nil:
 		return "", fmt.Errorf("auth: bootstrap: %w", err)
 	}
-	if err := ks.AddAPIKey(ctx, KeyFile, Hash(key)); err != nil {
+	if err := addBootstrap(ctx, ks, KeyFile, key); err != nil {
 		return "", fmt.Errorf("auth: bootstrap: %w", err)
+	}
+	return key, nil
+}
+
+// BootstrapStore marks bootstrap keys (*store.Store implements it).
+type BootstrapStore interface {
+	// AddBootstrapKey stores rec under hash as the bootstrap key and
+	// revokes the previous one.
+	AddBootstrapKey(ctx context.Context, rec store.APIKey, hash string) error
+}
+
+func addBootstrap(ctx context.Context, ks KeyStore, name, key string) error {
+	bs, ok := ks.(BootstrapStore)
+	if !ok {
+		return ks.AddAPIKey(ctx, name, Hash(key))
+	}
+	h := Hash(key)
+	rec := store.APIKey{ID: BootstrapID(key), Name: name, Prefix: VisiblePrefix(key), CreatedAt: time.Now().UTC()}
+	return bs.AddBootstrapKey(ctx, rec, h)
+}
+
+// BootstrapID is the id of bootstrap key key: made of its hash, as the
+// store's migration names the keys it found.
+func BootstrapID(key string) string { return "key_" + Hash(key)[:16] }
+
+// Rotate makes a new bootstrap key, stores it (revoking the previous
+// bootstrap key) and writes it to dataDir/api-key, and returns it. The key
+// is stored before the file is written, so the file's key is always
+// accepted; a failed write leaves the new key only in the answer.
+func Rotate(ctx context.Context, ks KeyStore, dataDir string) (string, error) {
+	key, err := NewKey()
+	if err != nil {
+		return "", err
+	}
+	if err := addBootstrap(ctx, ks, KeyFile, key); err != nil {
+		return "", fmt.Errorf("auth: rotate: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dataDir, KeyFile), []byte(key+"\n"), 0o600); err != nil {
+		return key, fmt.Errorf("auth: rotate: %w", err)
 	}
 	return key, nil
 }

@@ -1,6 +1,7 @@
 package portproxy
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -42,7 +43,10 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 	}
 	sawExpired := false
 	judge := func(cred string) (bool, time.Time) {
-		v, exp := p.sign.check(cred, t.sandbox, t.port)
+		v, exp, keyID := p.sign.checkShare(cred, t.sandbox, t.port)
+		if v == valid && keyID != "" && !p.keyLives(r, keyID) {
+			v = invalid
+		}
 		sawExpired = sawExpired || v == expired
 		return v == valid, exp
 	}
@@ -50,7 +54,7 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 		if ok, _ := judge(cred); ok {
 			return grant{viaAuthorization: true}, nil
 		}
-		if p.auth != nil && p.auth.Authenticate(r) == nil {
+		if p.auth != nil && p.authorizeKey(r, t.sandbox) == nil {
 			return grant{viaAuthorization: true}, nil
 		}
 	}
@@ -71,6 +75,32 @@ func (p *Proxy) authorize(r *http.Request, t target) (grant, error) {
 		return grant{}, ErrExpired
 	}
 	return grant{}, ErrUnauthorized
+}
+
+// SandboxAuthenticator is an Authenticator that also decides whether the
+// request's key may reach sandbox id (its project owns it); an
+// Authenticator that is not one accepts any valid key for every sandbox.
+type SandboxAuthenticator interface {
+	AuthenticateFor(r *http.Request, id string) error
+}
+
+// KeyChecker is an Authenticator that tells whether the key that minted a
+// share link still lives (*auth.Authenticator implements it): a link dies
+// with its key. With one that is not, links live until they expire.
+type KeyChecker interface {
+	Check(ctx context.Context, keyID string) error
+}
+
+func (p *Proxy) keyLives(r *http.Request, keyID string) bool {
+	kc, ok := p.auth.(KeyChecker)
+	return !ok || kc.Check(r.Context(), keyID) == nil
+}
+
+func (p *Proxy) authorizeKey(r *http.Request, id string) error {
+	if sa, ok := p.auth.(SandboxAuthenticator); ok {
+		return sa.AuthenticateFor(r, id)
+	}
+	return p.auth.Authenticate(r)
 }
 
 // cookie holds cred for later requests to t's URL; a share link's cookie

@@ -240,11 +240,17 @@ func (p *Proxy) Forget(id string) error { return p.public.forget(id) }
 // ShareToken returns a share-link token for sandbox id's port that expires
 // after ttl; append it to a service URL as ?token=.
 func (p *Proxy) ShareToken(id string, port int, ttl time.Duration) (string, time.Time, error) {
-	if !validPort(port) || ttl <= 0 {
+	return p.ShareTokenBy(id, port, ttl, "")
+}
+
+// ShareTokenBy is ShareToken for a link minted by API key keyID: the link
+// carries the key's id and dies with the key (see KeyChecker).
+func (p *Proxy) ShareTokenBy(id string, port int, ttl time.Duration, keyID string) (string, time.Time, error) {
+	if !validPort(port) || ttl <= 0 || strings.Contains(keyID, ".") {
 		return "", time.Time{}, fmt.Errorf("%w: port %d, ttl %v", sandbox.ErrInvalid, port, ttl)
 	}
 	exp := p.sign.now().Add(ttl).Truncate(time.Second)
-	return p.sign.share(id, port, exp), exp, nil
+	return p.sign.share(id, port, exp, keyID), exp, nil
 }
 
 func normDomain(d string) string {

@@ -68,10 +68,15 @@ func (s *signer) mac(parts ...string) string {
 // token is sandbox id's access token; it opens every port of the sandbox.
 func (s *signer) token(id string) string { return tokenPrefix + s.mac("token", id) }
 
-// share returns a share-link token for sandbox id's port that expires at exp.
-func (s *signer) share(id string, port int, exp time.Time) string {
+// share returns a share-link token for sandbox id's port that expires at
+// exp, minted by API key keyID ("" for none): abs_EXP.MAC, or
+// abs_EXP.KEYID.MAC with the key's id signed in.
+func (s *signer) share(id string, port int, exp time.Time, keyID string) string {
 	e := strconv.FormatInt(exp.Unix(), 10)
-	return sharePrefix + e + "." + s.mac("share", id, strconv.Itoa(port), e)
+	if keyID == "" {
+		return sharePrefix + e + "." + s.mac("share", id, strconv.Itoa(port), e)
+	}
+	return sharePrefix + e + "." + keyID + "." + s.mac("share", id, strconv.Itoa(port), e, keyID)
 }
 
 // verdict is what a presented credential is worth.
@@ -86,25 +91,36 @@ const (
 // check judges credential cred for sandbox id's port. For a valid share
 // link it also returns the expiry.
 func (s *signer) check(cred, id string, port int) (verdict, time.Time) {
+	v, exp, _ := s.checkShare(cred, id, port)
+	return v, exp
+}
+
+// checkShare is check that also returns the id of the key that minted a
+// share link ("" for none).
+func (s *signer) checkShare(cred, id string, port int) (verdict, time.Time, string) {
 	switch {
 	case strings.HasPrefix(cred, tokenPrefix):
 		if hmac.Equal([]byte(cred), []byte(s.token(id))) {
-			return valid, time.Time{}
+			return valid, time.Time{}, ""
 		}
 	case strings.HasPrefix(cred, sharePrefix):
-		e, _, ok := strings.Cut(strings.TrimPrefix(cred, sharePrefix), ".")
-		unix, err := strconv.ParseInt(e, 10, 64)
-		if !ok || err != nil {
-			return invalid, time.Time{}
+		parts := strings.Split(strings.TrimPrefix(cred, sharePrefix), ".")
+		unix, err := strconv.ParseInt(parts[0], 10, 64)
+		if len(parts) < 2 || len(parts) > 3 || err != nil {
+			return invalid, time.Time{}, ""
+		}
+		keyID := ""
+		if len(parts) == 3 {
+			keyID = parts[1]
 		}
 		exp := time.Unix(unix, 0)
-		if !hmac.Equal([]byte(cred), []byte(s.share(id, port, exp))) {
-			return invalid, time.Time{}
+		if !hmac.Equal([]byte(cred), []byte(s.share(id, port, exp, keyID))) {
+			return invalid, time.Time{}, ""
 		}
 		if !s.now().Before(exp) {
-			return expired, exp
+			return expired, exp, keyID
 		}
-		return valid, exp
+		return valid, exp, keyID
 	}
-	return invalid, time.Time{}
+	return invalid, time.Time{}, ""
 }

@@ -133,6 +133,8 @@ var migrations = []string{
 	// 7: the default user of execs, as an image's USER sets it.
 	`ALTER TABLE snapshots ADD COLUMN exec_user TEXT NOT NULL DEFAULT '';
 	ALTER TABLE sandbox_vm ADD COLUMN exec_user TEXT NOT NULL DEFAULT '';`,
+	// 8: projects, key lifecycle and owners (tenancy.go).
+	tenancySchema,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

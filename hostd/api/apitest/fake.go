@@ -32,6 +32,8 @@ type Manager struct {
 	attach    AttachFunc
 	readFile  func(path string) (io.ReadCloser, error)
 	watch     []sandbox.WatchEvent
+	snapshots map[string]sandbox.SnapshotInfo
+	templates map[string]sandbox.TemplateInfo
 }
 
 // ExecFunc is the behaviour of Manager.Exec.
@@ -49,6 +51,8 @@ type File struct {
 func NewManager() *Manager {
 	return &Manager{
 		sandboxes: map[string]sandbox.Info{},
+		snapshots: map[string]sandbox.SnapshotInfo{},
+		templates: map[string]sandbox.TemplateInfo{},
 		files:     map[string]File{"/": {Dir: true, Mode: fs.ModeDir | 0o755}},
 	}
 }
@@ -391,10 +395,11 @@ func (m *Keys) HasAPIKey(ctx context.Context, hash string) (bool, error) {
 	return m.hashes[hash], m.err
 }
 
-// The fake keeps no snapshots: snapshot calls succeed on known sandboxes
-// with fixed answers, and lookups of snapshots and templates find nothing.
+// The fake keeps the snapshots and templates made through it, without
+// their contents or lineage.
 
-// Snapshot records the call and returns a snapshot of a known sandbox.
+// Snapshot records the call and returns (and keeps) a snapshot "sn-ID" of
+// a known sandbox, of 1 MiB.
 func (f *Manager) Snapshot(ctx context.Context, id string, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error) {
 	if err := f.call("Snapshot " + id); err != nil {
 		return sandbox.SnapshotInfo{}, err
@@ -403,7 +408,11 @@ func (f *Manager) Snapshot(ctx context.Context, id string, opts sandbox.Snapshot
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
-	return sandbox.SnapshotInfo{ID: "sn-" + id, Kind: "snapshot", SandboxID: id, VCPUs: info.VCPUs, MemoryMiB: info.MemoryMiB}, nil
+	sn := sandbox.SnapshotInfo{ID: "sn-" + id, Kind: "snapshot", SandboxID: id, VCPUs: info.VCPUs, MemoryMiB: info.MemoryMiB, SizeBytes: 1 << 20}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.snapshots[sn.ID] = sn
+	return sn, nil
 }
 
 // Fork creates count sandboxes like the known sandbox id.
@@ -445,33 +454,76 @@ func (f *Manager) setState(id string, st sandbox.State) (sandbox.Info, error) {
 	return info, nil
 }
 
-// GetSnapshot finds nothing.
+// GetSnapshot finds a snapshot made through the fake.
 func (f *Manager) GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error) {
-	return sandbox.SnapshotInfo{}, fmt.Errorf("%w: %s", sandbox.ErrSnapshotNotFound, id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sn, ok := f.snapshots[id]
+	if !ok {
+		return sandbox.SnapshotInfo{}, fmt.Errorf("%w: %s", sandbox.ErrSnapshotNotFound, id)
+	}
+	return sn, nil
 }
 
-// ListSnapshots lists none.
-func (f *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) { return nil, nil }
+// ListSnapshots lists the snapshots made through the fake, by id.
+func (f *Manager) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []sandbox.SnapshotInfo
+	for _, sn := range f.snapshots {
+		out = append(out, sn)
+	}
+	slices.SortFunc(out, func(a, b sandbox.SnapshotInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
 
-// DeleteSnapshot refuses every snapshot as in use.
+// DeleteSnapshot refuses every snapshot it keeps as in use.
 func (f *Manager) DeleteSnapshot(ctx context.Context, id string) error {
+	if _, err := f.GetSnapshot(ctx, id); err != nil {
+		return err
+	}
 	return fmt.Errorf("%w: snapshot %s", sandbox.ErrInUse, id)
 }
 
-// CreateTemplate returns the template it was given.
+// CreateTemplate keeps and returns the template it was given.
 func (f *Manager) CreateTemplate(ctx context.Context, name, snapshotID string, poolSize int) (sandbox.TemplateInfo, error) {
-	return sandbox.TemplateInfo{Name: name, SnapshotID: snapshotID, PoolSize: poolSize}, nil
+	t := sandbox.TemplateInfo{Name: name, SnapshotID: snapshotID, PoolSize: poolSize}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.templates[name] = t
+	return t, nil
 }
 
-// GetTemplate finds nothing.
+// GetTemplate finds a template made through the fake.
 func (f *Manager) GetTemplate(ctx context.Context, name string) (sandbox.TemplateInfo, error) {
-	return sandbox.TemplateInfo{}, fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.templates[name]
+	if !ok {
+		return sandbox.TemplateInfo{}, fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
+	}
+	return t, nil
 }
 
-// ListTemplates lists none.
-func (f *Manager) ListTemplates(ctx context.Context) ([]sandbox.TemplateInfo, error) { return nil, nil }
+// ListTemplates lists the templates made through the fake, by name.
+func (f *Manager) ListTemplates(ctx context.Context) ([]sandbox.TemplateInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []sandbox.TemplateInfo
+	for _, t := range f.templates {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b sandbox.TemplateInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
 
-// DeleteTemplate finds nothing.
+// DeleteTemplate forgets a template made through the fake.
 func (f *Manager) DeleteTemplate(ctx context.Context, name string) error {
-	return fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.templates[name]; !ok {
+		return fmt.Errorf("%w: %s", sandbox.ErrTemplateNotFound, name)
+	}
+	delete(f.templates, name)
+	return nil
 }

@@ -56,6 +56,12 @@ REACHABLE = {
     "createSecret": ["Secrets.set"],
     "listSecrets": ["Secrets.list"],
     "deleteSecret": ["Secrets.delete"],
+    "createKey": ["Keys.create"],
+    "listKeys": ["Keys.list"],
+    "revokeKey": ["Keys.revoke"],
+    "rotateKey": ["Keys.rotate"],
+    "createProject": ["Projects.create"],
+    "listProjects": ["Projects.list"],
 }
 
 # operationId -> why the SDK does not offer it.

@@ -9,7 +9,7 @@ import { AgentboxError, ConnectionFailed, NotFound, errorFromResponse } from "./
 import { tarDir, untarSafely } from "./files.js";
 import type {
   CreateOptions, Event, ExecResult, ExecSession, FileEvent, FileInfo, Health, NetworkPatch, NetworkPolicy,
-  Output, PortAccess, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
+  APIKey, CreatedKey, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
 } from "./models.js";
 import { Pty } from "./pty.js";
 import { ExecReader, lines, parseLine, streamError } from "./stream.js";
@@ -70,6 +70,10 @@ export class Client {
   readonly templates: Templates;
   /** Secrets for egress injection. */
   readonly secrets: Secrets;
+  /** API keys (admin). */
+  readonly keys: Keys;
+  /** Projects (admin). */
+  readonly projects: Projects;
   /** Snapshots: list, get, delete. */
   readonly snapshots: Snapshots;
   private trace?: () => Record<string, string>;
@@ -81,6 +85,8 @@ export class Client {
     this.trace = opts.traceHeaders;
     this.templates = new Templates(this);
     this.secrets = new Secrets(this);
+    this.keys = new Keys(this);
+    this.projects = new Projects(this);
     this.snapshots = new Snapshots(this);
   }
 
@@ -467,4 +473,32 @@ export class Secrets {
   async list(): Promise<Secret[]> { return (await this.c.json("GET", "/v1/secrets")).secrets; }
   /** Delete one. */
   async delete(name: string): Promise<void> { await this.c.fetch("DELETE", `/v1/secrets/${name}`, { expect: [204] }); }
+}
+
+/** Options of a new API key. */
+export interface KeyOptions { name?: string; project?: string; role?: "admin" | "member"; expiresInS?: number; expiresAt?: string }
+
+/** API keys (admin): create, list, revoke, rotate the bootstrap key. */
+export class Keys {
+  constructor(private c: Client) {}
+  /** Make a key (default: a member of the caller's project); its secret is in the answer only. */
+  create(o: KeyOptions = {}): Promise<CreatedKey> {
+    const json = { name: o.name, project: o.project, role: o.role, expires_in_s: o.expiresInS, expires_at: o.expiresAt };
+    return this.c.json("POST", "/v1/keys", { json, expect: [201] });
+  }
+  /** The live keys of the caller's project (admin: `project`, or "*" for all). */
+  async list(project?: string): Promise<APIKey[]> { return (await this.c.json("GET", "/v1/keys", { query: { project } })).keys; }
+  /** Revoke a key: refused from its next call, its streams closed. */
+  async revoke(id: string): Promise<void> { await this.c.fetch("DELETE", `/v1/keys/${id}`, { expect: [204] }); }
+  /** Make a new bootstrap key (written to hostd's key file) and revoke the previous one. */
+  rotate(): Promise<CreatedKey> { return this.c.json("POST", "/v1/keys/rotate", { expect: [201] }); }
+}
+
+/** Projects (admin): create, list. */
+export class Projects {
+  constructor(private c: Client) {}
+  /** Create a project. */
+  create(name: string): Promise<Project> { return this.c.json("POST", "/v1/projects", { json: { name }, expect: [201] }); }
+  /** Every project. */
+  async list(): Promise<Project[]> { return (await this.c.json("GET", "/v1/projects")).projects; }
 }

@@ -63,6 +63,18 @@ export interface TemplateKernel { source: "default" | "template"; path?: string;
 /** A stored secret's name. */
 export interface Secret { name: string; created_at: string }
 
+/** An API key's record (never its secret). */
+export interface APIKey {
+  id: string; name: string; prefix: string; project: string; role: "admin" | "member"; created_at: string;
+  last_used_at?: string; expires_at?: string; bootstrap?: boolean;
+}
+
+/** A new key: its record and its secret, shown this once. */
+export interface CreatedKey { key: APIKey; secret: string }
+
+/** A project: the owner of keys, sandboxes, snapshots, templates and secrets. */
+export interface Project { name: string; created_at: string }
+
 /** What a sandbox has consumed. */
 export interface Usage {
   cpu_seconds: number; memory_peak_bytes: number; memory_bytes: number; disk_used_bytes: number; bytes_in: number; bytes_out: number;

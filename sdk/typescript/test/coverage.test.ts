@@ -26,6 +26,8 @@ const reachable: Record<string, string[]> = {
   getTemplate: ["Templates.get"], deleteTemplate: ["Templates.delete"],
   getSandboxNetwork: ["Network.get"], patchSandboxNetwork: ["Network.update"], listSandboxEvents: ["Sandbox.events"],
   createSecret: ["Secrets.set"], listSecrets: ["Secrets.list"], deleteSecret: ["Secrets.delete"],
+  createKey: ["Keys.create"], listKeys: ["Keys.list"], revokeKey: ["Keys.revoke"], rotateKey: ["Keys.rotate"],
+  createProject: ["Projects.create"], listProjects: ["Projects.list"],
 };
 // operationId -> why the SDK does not offer it.
 const leftOut: Record<string, string> = {};

@@ -13,6 +13,8 @@
 from ._async import (
     AsyncClient,
     AsyncExecHandle,
+    AsyncKeys,
+    AsyncProjects,
     AsyncFiles,
     AsyncFileStream,
     AsyncNetwork,
@@ -38,6 +40,9 @@ from ._errors import (
     Unauthorized,
 )
 from ._models import (
+    APIKey,
+    CreatedKey,
+    Project,
     Event,
     ExecResult,
     ExecSession,
@@ -55,14 +60,15 @@ from ._models import (
     Usage,
 )
 from ._pty import AsyncPty, Pty
-from ._sync import Client, ExecHandle, Files, FileStream, Network, Sandbox, Secrets, Snapshots, Templates, Watch
+from ._sync import Client, ExecHandle, Files, FileStream, Keys, Network, Projects, Sandbox, Secrets, Snapshots, Templates, Watch
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Sandbox", "ExecHandle", "Files", "FileStream", "Watch", "Network", "Templates", "Secrets", "Snapshots",
     "AsyncClient", "AsyncSandbox", "AsyncExecHandle", "AsyncFiles", "AsyncFileStream", "AsyncWatch", "AsyncNetwork",
-    "AsyncTemplates", "AsyncSecrets", "AsyncSnapshots", "Pty", "AsyncPty",
+    "AsyncTemplates", "AsyncSecrets", "AsyncSnapshots", "Pty", "AsyncPty", "Keys", "AsyncKeys", "Projects", "AsyncProjects",
+    "APIKey", "CreatedKey", "Project",
     "AgentboxError", "APIError", "Conflict", "ConnectionFailed", "ExecFailed", "InvalidRequest", "NotFound",
     "NotSupported", "PermissionDenied", "SandboxNotRunning", "ServerError", "Timeout", "Unauthorized",
     "Event", "ExecResult", "ExecSession", "FileEvent", "FileInfo", "Health", "NetworkPolicy", "Output",

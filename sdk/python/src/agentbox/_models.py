@@ -176,6 +176,37 @@ class Secret:
 
 
 @dataclass
+class APIKey:
+    """An API key's record (never its secret): id, name, visible prefix, project, role."""
+
+    id: str
+    name: str
+    prefix: str
+    project: str
+    role: str
+    created_at: str
+    last_used_at: Optional[str] = None
+    expires_at: Optional[str] = None
+    bootstrap: bool = False
+
+
+@dataclass
+class CreatedKey:
+    """A new key: its record and its secret, shown this once."""
+
+    key: APIKey
+    secret: str
+
+
+@dataclass
+class Project:
+    """A project: the owner of keys, sandboxes, snapshots, templates and secrets."""
+
+    name: str
+    created_at: str
+
+
+@dataclass
 class Usage:
     """What a sandbox has consumed."""
 

@@ -15,6 +15,9 @@ from . import _core
 from ._core import Command, OutputCallback
 from ._errors import ConnectionFailed, NotFound, error_from_response
 from ._models import (
+    APIKey,
+    CreatedKey,
+    Project,
     Event,
     ExecResult,
     ExecSession,
@@ -73,6 +76,10 @@ class Client:
         self.templates = Templates(self)
         #: Secrets for egress injection.
         self.secrets = Secrets(self)
+        #: API keys (admin).
+        self.keys = Keys(self)
+        #: Projects (admin).
+        self.projects = Projects(self)
         #: Snapshots: list, get, delete.
         self.snapshots = Snapshots(self)
 
@@ -679,3 +686,52 @@ class Secrets:
     def delete(self, name: str) -> None:
         """Delete secret ``name``."""
         self._c._request("DELETE", f"/v1/secrets/{name}", expect=(204,))
+
+
+class Keys:
+    """API keys (admin): create, list, revoke, rotate the bootstrap key."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(
+        self, name: str = "", *, project: str = "", role: str = "member",
+        expires_in_s: int = 0, expires_at: Optional[str] = None,
+    ) -> CreatedKey:
+        """Make a key of ``project`` (default: the caller's) with ``role``; its secret is in the answer only."""
+        body: Dict[str, Any] = {"name": name, "project": project, "role": role, "expires_in_s": expires_in_s}
+        if expires_at is not None:
+            body["expires_at"] = expires_at
+        return _created_key(self._c._json("POST", "/v1/keys", json=body, expect=(201,)))
+
+    def list(self, project: Optional[str] = None) -> List[APIKey]:
+        """The live keys of the caller's project (admin: ``project``, or ``"*"`` for all)."""
+        params = {"project": project} if project else None
+        return [from_dict(APIKey, k) for k in (self._c._json("GET", "/v1/keys", params=params))["keys"]]
+
+    def revoke(self, key_id: str) -> None:
+        """Revoke key ``key_id``: refused from its next call, its streams closed."""
+        self._c._request("DELETE", f"/v1/keys/{key_id}", expect=(204,))
+
+    def rotate(self) -> CreatedKey:
+        """Make a new bootstrap key (written to hostd's key file) and revoke the previous one."""
+        return _created_key(self._c._json("POST", "/v1/keys/rotate", expect=(201,)))
+
+
+class Projects:
+    """Projects (admin): create, list."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, name: str) -> Project:
+        """Create project ``name``."""
+        return from_dict(Project, self._c._json("POST", "/v1/projects", json={"name": name}, expect=(201,)))
+
+    def list(self) -> List[Project]:
+        """Every project."""
+        return [from_dict(Project, p) for p in (self._c._json("GET", "/v1/projects"))["projects"]]
+
+
+def _created_key(d: Dict[str, Any]) -> CreatedKey:
+    return CreatedKey(key=from_dict(APIKey, d["key"]), secret=d["secret"])
