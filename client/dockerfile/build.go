@@ -97,7 +97,7 @@ func resolveFrom(ctx context.Context, c *client.Client, f *File, opts BuildOptio
 		if kind != "" {
 			return blueprint.Blueprint{}, Config{}, lineErr(errors.New("a kernel applies to a FROM image's template only, not to FROM " + f.From))
 		}
-		if _, err := c.GetTemplate(ctx, name); err == nil {
+		if _, err := c.GetTemplate(ctx, name); client.IsTemplateName(name) && err == nil {
 			return blueprint.Blueprint{}, Config{}, lineErr(fmt.Errorf("a kernel applies to a FROM image's template only, and %s is a template", name))
 		}
 	}
@@ -116,10 +116,14 @@ func resolveFrom(ctx context.Context, c *client.Client, f *File, opts BuildOptio
 		}
 		return blueprint.Blueprint{Template: name}, imageConfig(t), nil
 	}
-	if t, err := c.GetTemplate(ctx, name); err == nil {
-		return blueprint.Blueprint{Template: name}, imageConfig(t), nil
-	} else if !isNotFound(err) {
-		return blueprint.Blueprint{}, Config{}, lineErr(err)
+	// A name that cannot be a template's (an image reference with a
+	// registry or a path) is an image's.
+	if client.IsTemplateName(name) {
+		if t, err := c.GetTemplate(ctx, name); err == nil {
+			return blueprint.Blueprint{Template: name}, imageConfig(t), nil
+		} else if !isNotFound(err) {
+			return blueprint.Blueprint{}, Config{}, lineErr(err)
+		}
 	}
 	t, err := imageTemplate(ctx, c, name, opts)
 	if err != nil {
