@@ -154,7 +154,7 @@ func New(opts Options) http.Handler {
 		ErrorHandlerFunc: s.paramError,
 		// The last runs first: the tenancy guard (another project's id is
 		// a 404), then the spec's validation.
-		Middlewares:      []MiddlewareFunc{newValidator(doc).middleware(s), s.guard},
+		Middlewares: []MiddlewareFunc{newValidator(doc).middleware(s), s.guard},
 	})
 	return &router{mux: mux, auth: opts.Auth, s: s}
 }
