@@ -167,14 +167,7 @@ func (p *limitPolicy) resolveFor(l Limits, caller string) (Limits, error) {
 // an error names the maximum exceeded (and whose it is, in who).
 func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string, capTo Limits) (Limits, error) {
 	d := p.opts.Default
-	fillF(&l.CPUQuota, d.CPUQuota)
-	fill(&l.HostMemoryMiB, d.HostMemoryMiB)
-	fill(&l.DiskMiB, d.DiskMiB)
-	fill64(&l.DiskBps, d.DiskBps)
-	fill64(&l.NetBps, d.NetBps)
-	fill(&l.MaxPids, d.MaxPids)
-	fill(&l.ExecTimeoutS, d.ExecTimeoutS)
-	fill(&l.IdleTimeoutS, d.IdleTimeoutS)
+	fillZeros(&l, d)
 	capUnlimited(&l, capTo, p.cgroups)
 	if l.OnTimeout == "" {
 		l.OnTimeout = d.OnTimeout
@@ -239,16 +232,22 @@ func (p *limitPolicy) resolveMax(l Limits, mx Limits, who string, capTo Limits) 
 // its maximum. The cgroup limits are capped only where cgroups enforce
 // them.
 func capUnlimited(l *Limits, mx Limits, cgroups bool) {
-	if cgroups {
-		fillF(&l.CPUQuota, mx.CPUQuota)
-		fill(&l.HostMemoryMiB, mx.HostMemoryMiB)
+	if !cgroups {
+		mx.CPUQuota, mx.HostMemoryMiB = 0, 0
 	}
-	fill(&l.DiskMiB, mx.DiskMiB)
-	fill64(&l.DiskBps, mx.DiskBps)
-	fill64(&l.NetBps, mx.NetBps)
-	fill(&l.MaxPids, mx.MaxPids)
-	fill(&l.ExecTimeoutS, mx.ExecTimeoutS)
-	fill(&l.IdleTimeoutS, mx.IdleTimeoutS)
+	fillZeros(l, mx)
+}
+
+// fillZeros gives each numeric limit that l leaves 0 the value of from.
+func fillZeros(l *Limits, from Limits) {
+	fillF(&l.CPUQuota, from.CPUQuota)
+	fill(&l.HostMemoryMiB, from.HostMemoryMiB)
+	fill(&l.DiskMiB, from.DiskMiB)
+	fill64(&l.DiskBps, from.DiskBps)
+	fill64(&l.NetBps, from.NetBps)
+	fill(&l.MaxPids, from.MaxPids)
+	fill(&l.ExecTimeoutS, from.ExecTimeoutS)
+	fill(&l.IdleTimeoutS, from.IdleTimeoutS)
 }
 
 // num prints a limit in plain decimal (bytes per second are large, and %v
