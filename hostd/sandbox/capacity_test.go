@@ -91,7 +91,7 @@ func TestCreateOverCapacity(t *testing.T) {
 // Every VMM's cgroup has a memory cap: its host_memory_mib, or one sized
 // from its guest memory.
 func TestHostMemoryCap(t *testing.T) {
-	for _, tc := range []struct{ limit, guest, want int }{{0, 512, 1152}, {0, 2048, 3072}, {4096, 512, 4096}} {
+	for _, tc := range []struct{ limit, guest, want int }{{0, 512, 2176}, {0, 2048, 4096}, {4096, 512, 4096}} {
 		if got := hostMemoryCap(tc.limit, tc.guest); got != tc.want {
 			t.Errorf("hostMemoryCap(%d, %d) = %d, want %d", tc.limit, tc.guest, got, tc.want)
 		}

@@ -58,14 +58,16 @@ func (v *vmmPlacer) place(cfg vmm.Config, b *runningVM) (vmm.Config, error) {
 
 // hostMemoryCap is the memory cap of a VMM's cgroup in MiB: the
 // sandbox's host_memory_mib, or by default its guest memory and a quarter
-// more, plus 512 MiB for QEMU itself and its TCG translation cache. With
+// more, plus 1536 MiB for QEMU itself and its TCG translation cache (1 GiB
+// at most, QEMU's default tb-size; a guest building with Docker fills
+// it, and a cap of guest + 25 % + 512 MiB had its VMM killed). With
 // a cap on every VMM, one guest's VMM meets its own cgroup's limit (its
 // page cache reclaimed first) before the host's OOM killer.
 func hostMemoryCap(limitMiB, guestMiB int) int {
 	if limitMiB > 0 {
 		return limitMiB
 	}
-	return guestMiB + guestMiB/4 + 512
+	return guestMiB + guestMiB/4 + 1536
 }
 
 // record wraps cfg.Started so that the VMM's identity is on disk before
