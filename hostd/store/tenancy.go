@@ -157,6 +157,9 @@ func (s *Store) SetOwner(ctx context.Context, kind, id string, o Owner) error {
 func (s *Store) GetOwner(ctx context.Context, kind, id string) (Owner, error) {
 	var o Owner
 	err := s.db.QueryRowContext(ctx, `SELECT project, shared FROM owners WHERE kind = ? AND id = ?`, kind, id).Scan(&o.Project, &o.Shared)
+	if errors.Is(err, sql.ErrNoRows) && kind == KindSnapshot {
+		err = s.db.QueryRowContext(ctx, snapshotBySandboxOwner+` AND s.id = ?`, id).Scan(new(string), &o.Project)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return o, fmt.Errorf("store: owner of %s %s: %w", kind, id, ErrNotFound)
 	}
@@ -182,7 +185,40 @@ func (s *Store) Owners(ctx context.Context, kind string) (map[string]Owner, erro
 		}
 		out[id] = o
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if kind == KindSnapshot {
+		return out, s.sandboxOwnedSnapshots(ctx, out)
+	}
+	return out, nil
+}
+
+// snapshotBySandboxOwner selects the snapshots with no owner of their own
+// and the project of the sandbox each was taken from: a snapshot hostd
+// made for a sandbox (a fork's, one cut short by a crash before its owner
+// was written) is that sandbox's project's.
+const snapshotBySandboxOwner = `SELECT s.id, o.project FROM snapshots s
+	JOIN owners o ON o.kind = 'sandbox' AND o.id = s.sandbox_id
+	WHERE NOT EXISTS (SELECT 1 FROM owners so WHERE so.kind = 'snapshot' AND so.id = s.id)`
+
+// sandboxOwnedSnapshots adds to out the snapshots owned through their
+// sandbox (snapshotBySandboxOwner).
+func (s *Store) sandboxOwnedSnapshots(ctx context.Context, out map[string]Owner) error {
+	rows, err := s.db.QueryContext(ctx, snapshotBySandboxOwner)
+	if err != nil {
+		return fmt.Errorf("store: owners of snapshots: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var o Owner
+		if err := rows.Scan(&id, &o.Project); err != nil {
+			return fmt.Errorf("store: owners of snapshots: %w", err)
+		}
+		out[id] = o
+	}
+	return rows.Err()
 }
 
 // DeleteOwner forgets the owner of a resource (deleting none is no error).

@@ -118,3 +118,37 @@ func TestBootstrapKeyReplaces(t *testing.T) {
 		t.Error("the new bootstrap key is refused")
 	}
 }
+
+// A snapshot with no owner of its own (a fork's, made by hostd) belongs to
+// the project of the sandbox it was taken from; one of no owned sandbox
+// (a warm pool's, a base snapshot) to none.
+func TestSnapshotOwnedThroughItsSandbox(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	for _, sn := range []Snapshot{{ID: "sn-fork", Kind: "fork", SandboxID: "sb-a", Dir: "/d1", Backend: "qemu"},
+		{ID: "sn-own", Kind: "snapshot", SandboxID: "sb-a", Dir: "/d2", Backend: "qemu"},
+		{ID: "sn-base", Kind: "base", SandboxID: "sb-pool", Dir: "/d3", Backend: "qemu"}} {
+		if err := s.PutSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetOwner(ctx, KindSandbox, "sb-a", Owner{Project: "alpha"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetOwner(ctx, KindSnapshot, "sn-own", Owner{Project: "beta"}); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.GetOwner(ctx, KindSnapshot, "sn-fork"); err != nil || o.Project != "alpha" {
+		t.Errorf("fork snapshot's owner: %+v, %v; want alpha, its sandbox's", o, err)
+	}
+	if _, err := s.GetOwner(ctx, KindSnapshot, "sn-base"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("base snapshot's owner: %v, want none", err)
+	}
+	all, err := s.Owners(ctx, KindSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all["sn-fork"].Project != "alpha" || all["sn-own"].Project != "beta" || len(all) != 2 {
+		t.Errorf("owners: %+v, want sn-fork alpha (its sandbox's) and sn-own beta (its own)", all)
+	}
+}
