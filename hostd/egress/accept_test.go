@@ -1,12 +1,14 @@
 package egress
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,17 +54,19 @@ func emfileChild() string {
 		fill = append(fill, f)
 	}
 	got := make(chan error, 1)
+	retrying := make(chan struct{})
+	log := slog.New(&onRecord{msg: "egress accept failed; retrying", seen: retrying})
 	go func() {
-		s, err := acceptTCP(l, slog.New(slog.DiscardHandler), "child")
+		s, err := acceptTCP(l, log, "child")
 		if err == nil {
 			s.Close()
 		}
 		got <- err
 	}()
-	select {
+	select { // the accept met EMFILE and backs off, or returned
 	case err := <-got:
 		return fmt.Sprintf("child: accept returned at EMFILE: %v", err)
-	case <-time.After(300 * time.Millisecond): // no synchronisation: a bounded look for a wrong return
+	case <-retrying:
 	}
 	fill[0].Close()
 	select {
@@ -75,3 +79,20 @@ func emfileChild() string {
 	}
 	return "child: ok"
 }
+
+// onRecord is a slog handler that closes seen at the first record of msg.
+type onRecord struct {
+	msg  string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (h *onRecord) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onRecord) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
+}
+func (h *onRecord) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onRecord) WithGroup(string) slog.Handler      { return h }

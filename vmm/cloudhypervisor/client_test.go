@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/cloudhypervisor/chapi"
@@ -291,23 +290,32 @@ func TestContractSCMRightsCountMismatch(t *testing.T) {
 }
 
 func TestContractClientDeadline(t *testing.T) {
-	c, _ := inProcessFake(t, fakeOptions{delay: map[string]time.Duration{"vm.pause": time.Second, "vm.add-net": time.Second}})
+	holds := map[string]*held{"vm.pause": newHeld(t), "vm.add-net": newHeld(t)}
+	c, _ := inProcessFake(t, fakeOptions{hold: holds})
 	createVM(t, c)
-	calls := map[string]func(context.Context) error{
-		"net/http": func(ctx context.Context) error { return c.Do(ctx, actPause) },
-		"SCM_RIGHTS": func(ctx context.Context) error {
+	calls := map[string]struct {
+		endpoint string
+		call     func(context.Context) error
+	}{
+		"net/http": {"vm.pause", func(ctx context.Context) error { return c.Do(ctx, actPause) }},
+		"SCM_RIGHTS": {"vm.add-net", func(ctx context.Context) error {
 			_, err := c.AddNet(ctx, chapi.NetConfig{Id: ptr("n")}, []*os.File{tapFile(t, "tap")})
 			return err
-		},
+		}},
 	}
-	for name, call := range calls {
+	for name, tc := range calls {
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-			defer cancel()
-			// The fake answers after a second: a call that waited would succeed.
-			err := call(ctx)
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("got %v, want context.DeadlineExceeded", err)
+			// The fake holds the answer until the test ends: a call that
+			// waited for it would not return while its ctx ends.
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			go func() {
+				<-holds[tc.endpoint].arrived
+				cancel(context.DeadlineExceeded)
+			}()
+			err := tc.call(ctx)
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("got %v, want the ctx's end", err)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -78,13 +79,13 @@ type fakeRecord struct {
 }
 
 type fakeOptions struct {
-	fail     map[string]int           // endpoint → status to answer instead (must be documented)
-	delay    map[string]time.Duration // endpoint → time to wait before answering
-	stubborn bool                     // answer vmm.shutdown but do not exit
-	guestUp  time.Duration            // how long after create/restore the guest starts answering vsock
-	agent    bool                     // a vmmtest.Guest serves the vsock ports, not an echo
-	onExit   func()                   // called after vmm.shutdown's answer is written
-	emit     func(fakeRecord)         // receives every record
+	fail     map[string]int   // endpoint → status to answer instead (must be documented)
+	hold     map[string]*held // endpoint → a request that waits before its answer
+	stubborn bool             // answer vmm.shutdown but do not exit
+	guestUp  time.Duration    // how long after create/restore the guest starts answering vsock
+	agent    bool             // a vmmtest.Guest serves the vsock ports, not an echo
+	onExit   func()           // called after vmm.shutdown's answer is written
+	emit     func(fakeRecord) // receives every record
 }
 
 // fakeCH is the fake VMM. state "" means no VM is created.
@@ -191,6 +192,19 @@ func (f *fakeCH) serveConn(c *net.UnixConn) {
 	}
 }
 
+// held holds an endpoint's requests: each one says it arrived, then waits
+// for release (closed by the test) before it is answered.
+type held struct {
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func newHeld(t *testing.T) *held {
+	h := &held{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(h.release) })
+	return h
+}
+
 // respond validates req, answers it and validates the answer.
 func (f *fakeCH) respond(req *http.Request, body []byte, fds []int) (*http.Response, bool) {
 	defer closeFDs(fds)
@@ -217,8 +231,9 @@ func (f *fakeCH) respond(req *http.Request, body []byte, fds []int) (*http.Respo
 		violations = append(violations, "request off-spec: "+err.Error())
 		a = answer{status: http.StatusBadRequest, body: []string{"off-spec request", err.Error()}}
 	} else {
-		if d := f.opts.delay[endpoint]; d > 0 {
-			time.Sleep(d) // the slow endpoint a test asked for, no synchronisation
+		if h := f.opts.hold[endpoint]; h != nil {
+			h.arrived <- struct{}{}
+			<-h.release
 		}
 		a = f.handle(endpoint, body, fds)
 		if a.violation != "" {
