@@ -1,17 +1,17 @@
 package egress
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/logtest"
 )
 
 // TestAcceptSurvivesEMFILE runs itself in a child that uses up its
@@ -54,8 +54,9 @@ func emfileChild() string {
 		fill = append(fill, f)
 	}
 	got := make(chan error, 1)
-	retrying := make(chan struct{})
-	log := slog.New(&onRecord{msg: "egress accept failed; retrying", seen: retrying})
+	logs := &logtest.Counter{}
+	retrying := logs.Seen("egress accept failed; retrying")
+	log := slog.New(logs)
 	go func() {
 		s, err := acceptTCP(l, log, "child")
 		if err == nil {
@@ -79,20 +80,3 @@ func emfileChild() string {
 	}
 	return "child: ok"
 }
-
-// onRecord is a slog handler that closes seen at the first record of msg.
-type onRecord struct {
-	msg  string
-	seen chan struct{}
-	once sync.Once
-}
-
-func (h *onRecord) Enabled(context.Context, slog.Level) bool { return true }
-func (h *onRecord) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == h.msg {
-		h.once.Do(func() { close(h.seen) })
-	}
-	return nil
-}
-func (h *onRecord) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *onRecord) WithGroup(string) slog.Handler      { return h }

@@ -2,7 +2,6 @@ package egress_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,13 +11,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
+	"github.com/agentbox/agentbox/internal/logtest"
 )
 
 // hold opens n connections to addr from the client namespace and keeps
@@ -59,7 +58,7 @@ func (e *env) refusedHTTP(addr string) (int, string) {
 // TCP); another sandbox still connects and is served.
 func TestProxyConnCap(t *testing.T) {
 	const cap = 8
-	warns := &warnCounter{}
+	warns := &logtest.Counter{}
 	e := newEnvWith(t, func(o *egress.Options) { o.MaxConnsPerSandbox, o.Logger = cap, slog.New(warns) })
 	pol := egress.Policy{Mode: egress.ModeProxy, AllowDomains: []string{"allowed.test"}, AllowPorts: []int{80, 8443}}
 	e.attach("a", "127.0.0.2", 80, pol)
@@ -83,7 +82,7 @@ func TestProxyConnCap(t *testing.T) {
 	expectReset(t, e, "127.0.0.4:8443")
 
 	e.refusedHTTP("127.0.0.2:80")
-	if n := warns.n.Load(); n != 2 {
+	if n := warns.Warns(); n != 2 {
 		t.Errorf("%d warnings for two sandboxes' refusals within a minute, want 2", n)
 	}
 
@@ -145,19 +144,6 @@ func TestProxyFDBudget(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("/healthz: got %d, want 200", resp.StatusCode)
 	}
-}
-
-// warnCounter counts the warnings logged through it.
-type warnCounter struct{ n atomic.Int64 }
-
-func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
-func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
-func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn {
-		w.n.Add(1)
-	}
-	return nil
 }
 
 func expectReset(t *testing.T, e *env, addr string) {

@@ -1,7 +1,6 @@
 package portproxy
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,10 +8,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
+	"github.com/agentbox/agentbox/internal/logtest"
 )
 
 // capEnv is a proxy whose sb-1 and sb-other serve port 80 (public) from an
@@ -49,19 +48,6 @@ func capEnv(t *testing.T, opts Options) *httptest.Server {
 	return srv
 }
 
-// warnCounter counts the warnings logged through it.
-type warnCounter struct{ n atomic.Int64 }
-
-func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
-func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
-func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn {
-		w.n.Add(1)
-	}
-	return nil
-}
-
 func fetch(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -77,7 +63,7 @@ func fetch(t *testing.T, url string) (int, string) {
 // a 503 that names the cap; another sandbox and the API still answer.
 func TestServiceURLCap(t *testing.T) {
 	const cap = 3
-	warns := &warnCounter{}
+	warns := &logtest.Counter{}
 	srv := capEnv(t, Options{MaxConnsPerSandbox: cap, Logger: slog.New(warns)})
 	for range cap {
 		resp, err := http.Get(srv.URL + "/v1/sandboxes/sb-1/ports/80/hold")
@@ -93,7 +79,7 @@ func TestServiceURLCap(t *testing.T) {
 	for range 3 {
 		fetch(t, srv.URL+"/v1/sandboxes/sb-1/ports/80/a")
 	}
-	if n := warns.n.Load(); n != 1 {
+	if n := warns.Warns(); n != 1 {
 		t.Errorf("%d warnings for 4 refusals within a minute, want 1", n)
 	}
 	if code, body := fetch(t, srv.URL+"/v1/sandboxes/sb-other/ports/80/a"); code != 200 || body != "guest /a" {

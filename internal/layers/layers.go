@@ -42,6 +42,7 @@ var TestKits = []string{
 	"internal/gittest",
 	"internal/hostdtest",
 	"internal/leakcheck",
+	"internal/logtest",
 	"internal/nettest",
 	"internal/s3test",
 	"internal/testwheel",
