@@ -1,0 +1,159 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/fleet/store"
+	"github.com/agentbox/agentbox/internal/pgserver"
+)
+
+// open starts a PostgreSQL server for the test and opens a store on it.
+func open(t *testing.T) (*store.Store, *pgserver.Server) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := pgserver.Start(ctx, pgserver.Options{})
+	if errors.Is(err, pgserver.ErrNoPostgres) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Remove)
+	st, err := store.Open(ctx, pg.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st, pg
+}
+
+func register(t *testing.T, st *store.Store, name string, ttl time.Duration, c store.Capacity) int64 {
+	t.Helper()
+	ep, _, err := st.Register(context.Background(), store.Registration{Name: name, Addr: "http://" + name, TokenHash: "h", TTL: ttl, Capacity: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
+}
+
+func TestPlacementHoldsCapacityAndQuota(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	register(t, st, "a", time.Minute, store.Capacity{MemMiB: 1024, VCPUs: 8, MaxSandboxes: 3})
+	register(t, st, "b", time.Minute, store.Capacity{MemMiB: 4096, VCPUs: 8})
+	need := store.Need{Project: store.DefaultProject, Count: 2, MemoryMiB: 512, VCPUs: 1}
+	r, err := st.Reserve(ctx, need, []string{"a", "b"})
+	if err != nil || r.Host.Name != "a" || len(r.Placeholders) != 2 {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	// a is full (1024 MiB): the next goes to b.
+	r2, err := st.Reserve(ctx, store.Need{Project: store.DefaultProject, Count: 1, MemoryMiB: 512, VCPUs: 1}, []string{"a", "b"})
+	if err != nil || r2.Host.Name != "b" {
+		t.Fatalf("reserve 2: %+v %v", r2, err)
+	}
+	if err := st.Commit(ctx, r2.Placeholders[0], "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, store.Need{Project: store.DefaultProject, Count: 1, MemoryMiB: 8192, VCPUs: 1}, []string{"a", "b"}); !errors.Is(err, store.ErrNoCapacity) {
+		t.Fatalf("over capacity: %v", err)
+	}
+	if err := st.Unreserve(ctx, r.Placeholders); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := st.GetHost(ctx, "a")
+	if h.UsedMemMiB != 0 || h.UsedSandboxes != 0 {
+		t.Fatalf("unreserve left %+v", h)
+	}
+	if _, err := st.CreateProject(ctx, store.Project{Name: "p", MaxSandboxes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, store.Need{Project: "p", Count: 2, MemoryMiB: 1, VCPUs: 1}, []string{"b"}); !errors.Is(err, store.ErrQuota) {
+		t.Fatalf("quota: %v", err)
+	}
+}
+
+func TestExpiredLeaseFencesTheHost(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	ep := register(t, st, "a", time.Millisecond, store.Capacity{MemMiB: 1024, VCPUs: 8})
+	register(t, st, "b", time.Hour, store.Capacity{MemMiB: 1024, VCPUs: 8})
+	for _, h := range []string{"a", "b"} {
+		// a's lease has lapsed already: placing there is refused.
+		r, err := st.Reserve(ctx, store.Need{Project: store.DefaultProject, MemoryMiB: 64, VCPUs: 1}, []string{h})
+		if h == "a" {
+			if !errors.Is(err, store.ErrNoCapacity) {
+				t.Fatalf("placed on a lapsed host: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = st.Commit(ctx, r.Placeholders[0], "sb-"+h)
+	}
+	// Give a a sandbox from before its lease lapsed.
+	if err := st.Heartbeat(ctx, "a", ep, time.Hour, store.Capacity{MemMiB: 1024, VCPUs: 8}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Reserve(ctx, store.Need{Project: store.DefaultProject, MemoryMiB: 64, VCPUs: 1}, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Commit(ctx, r.Placeholders[0], "sb-a")
+	if err := st.Heartbeat(ctx, "a", ep, time.Millisecond, store.Capacity{MemMiB: 1024, VCPUs: 8}); err != nil {
+		t.Fatal(err)
+	}
+	var exp []store.Expired
+	for len(exp) == 0 {
+		if exp, err = st.ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(exp) != 1 || exp[0].Host != "a" || exp[0].Lost != 1 {
+		t.Fatalf("expired %+v", exp)
+	}
+	sb, err := st.Get(ctx, "sb-a")
+	if err != nil || sb.State != store.StateLost || sb.Reason == "" {
+		t.Fatalf("sb-a %+v %v", sb, err)
+	}
+	if sb, _ := st.Get(ctx, "sb-b"); sb.State != store.StateRunning {
+		t.Fatalf("sb-b %+v", sb)
+	}
+	if err := st.Heartbeat(ctx, "a", ep, time.Hour, store.Capacity{}); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale heartbeat: %v", err)
+	}
+	ep2, owned, err := st.Register(ctx, store.Registration{Name: "a", Addr: "http://a", TokenHash: "h", TTL: time.Hour})
+	if err != nil || ep2 <= ep+1 || len(owned) != 0 {
+		t.Fatalf("re-register: epoch %d (was %d) owned %v %v", ep2, ep, owned, err)
+	}
+}
+
+func TestRevocationIsAnnounced(t *testing.T) {
+	st, _ := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k, err := st.CreateKey(ctx, store.APIKey{ID: "key_1", Name: "k", Prefix: "abcdefgh", Project: store.DefaultProject, Role: store.RoleMember, Hash: "hash1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- st.Listen(ctx, store.KeysChannel, func() { close(ready) }, func(p string) { got <- p }) }()
+	<-ready
+	if _, err := st.RevokeKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-got; p != "hash1" {
+		t.Fatalf("notified %q", p)
+	}
+	k, _ = st.KeyByHash(ctx, "hash1")
+	if k.Usable(time.Now()) {
+		t.Fatal("revoked key usable")
+	}
+	cancel()
+	<-done
+}
