@@ -142,7 +142,9 @@ func TestRevocationIsAnnounced(t *testing.T) {
 	got := make(chan string, 1)
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- st.Listen(ctx, store.KeysChannel, func() { close(ready) }, func(p string) { got <- p }) }()
+	go func() {
+		done <- st.Listen(ctx, store.KeysChannel, func() { close(ready) }, func(p string) { got <- p })
+	}()
 	<-ready
 	if _, err := st.RevokeKey(ctx, k.ID); err != nil {
 		t.Fatal(err)
