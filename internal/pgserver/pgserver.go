@@ -35,12 +35,18 @@ type Options struct {
 	// BinDir holds initdb and postgres; "" finds the newest of
 	// /usr/lib/postgresql/*/bin.
 	BinDir string
+	// Listen is the server's listen_addresses ("" is 127.0.0.1); a fleet
+	// of hosts in network namespaces adds their bridge's address.
+	Listen string
+	// TrustNet, a CIDR, is let in without a password beside loopback.
+	TrustNet string
 }
 
 // Server is one running (or stopped) PostgreSQL server.
 type Server struct {
-	dir, bin string
-	port     int
+	dir, bin      string
+	port          int
+	listen, trust string
 	cred     *syscall.Credential
 	tempDir  bool
 
@@ -56,7 +62,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: o.Dir, port: o.Port}
+	s := &Server{bin: bin, dir: o.Dir, port: o.Port, listen: o.Listen, trust: o.TrustNet}
+	if s.listen == "" {
+		s.listen = "127.0.0.1"
+	}
 	if s.dir == "" {
 		if s.dir, err = os.MkdirTemp("", "agentbox-pg-"); err != nil {
 			return nil, fmt.Errorf("pgserver: %w", err)
@@ -119,6 +128,17 @@ func (s *Server) initdb(ctx context.Context) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pgserver: initdb: %w: %s", err, bytes.TrimSpace(out))
 	}
+	if s.trust == "" {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(s.data(), "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "host all all %s trust\n", s.trust); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
 	return nil
 }
 
@@ -137,7 +157,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer logf.Close()
 	// The server outlives ctx: it bounds the start, not the server's life.
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data(), "-p", strconv.Itoa(s.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+s.dir,
+		"-c", "listen_addresses="+s.listen, "-c", "unix_socket_directories="+s.dir,
 		"-c", "fsync=off", "-c", "max_connections=400", "-c", "shared_buffers=64MB")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
 	cmd.Stdout, cmd.Stderr = logf, logf
