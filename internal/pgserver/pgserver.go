@@ -47,8 +47,8 @@ type Server struct {
 	dir, bin      string
 	port          int
 	listen, trust string
-	cred     *syscall.Credential
-	tempDir  bool
+	cred          *syscall.Credential
+	tempDir       bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
