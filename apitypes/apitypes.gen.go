@@ -370,6 +370,7 @@ const (
 	SandboxStateCreating SandboxState = "creating"
 	SandboxStateDeleted  SandboxState = "deleted"
 	SandboxStateFailed   SandboxState = "failed"
+	SandboxStateLost     SandboxState = "lost"
 	SandboxStatePaused   SandboxState = "paused"
 	SandboxStatePausing  SandboxState = "pausing"
 	SandboxStateResuming SandboxState = "resuming"
@@ -385,6 +386,8 @@ func (e SandboxState) Valid() bool {
 	case SandboxStateDeleted:
 		return true
 	case SandboxStateFailed:
+		return true
+	case SandboxStateLost:
 		return true
 	case SandboxStatePaused:
 		return true
@@ -1037,8 +1040,11 @@ type LifecycleAudit struct {
 	SnapshotID *string              `json:"snapshot_id,omitempty"`
 
 	// SourceID The sandbox it was forked or restored from.
-	SourceID *string       `json:"source_id,omitempty"`
-	State    *SandboxState `json:"state,omitempty"`
+	SourceID *string `json:"source_id,omitempty"`
+
+	// State "lost" is a fleet's (the control plane's): the sandbox's host
+	// stopped answering and its lease expired; `error` says when.
+	State *SandboxState `json:"state,omitempty"`
 }
 
 // LifecycleAuditAction defines model for LifecycleAudit.Action.
@@ -1312,10 +1318,13 @@ type Sandbox struct {
 	Metadata   map[string]string `json:"metadata"`
 
 	// SnapshotID The snapshot its disk overlays ("" for the base image).
-	SnapshotID string       `json:"snapshot_id,omitempty"`
-	State      SandboxState `json:"state"`
-	TimeoutS   int          `json:"timeout_s"`
-	VCPUs      int          `json:"vcpus"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+
+	// State "lost" is a fleet's (the control plane's): the sandbox's host
+	// stopped answering and its lease expired; `error` says when.
+	State    SandboxState `json:"state"`
+	TimeoutS int          `json:"timeout_s"`
+	VCPUs    int          `json:"vcpus"`
 
 	// VMPID The VMM process id while the sandbox runs (0 otherwise).
 	VMPID int `json:"vm_pid"`
@@ -1326,7 +1335,8 @@ type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
 }
 
-// SandboxState defines model for SandboxState.
+// SandboxState "lost" is a fleet's (the control plane's): the sandbox's host
+// stopped answering and its lease expired; `error` says when.
 type SandboxState string
 
 // SecretInfo defines model for SecretInfo.

@@ -9,9 +9,6 @@ import (
 	"github.com/agentbox/agentbox/apitypes"
 )
 
-// Host is one host of a fleet (the control plane's GET /v1/hosts).
-type Host = apitypes.Host
-
 // Hosts lists a fleet's hosts (admin; the control plane only: hostd alone
 // answers 404).
 func (c *Client) Hosts(ctx context.Context) ([]Host, error) {

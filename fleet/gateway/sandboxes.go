@@ -370,7 +370,7 @@ func lostSandbox(sb store.Sandbox) apitypes.Sandbox {
 	if reason == "" {
 		reason = "its host " + sb.Host + " is " + sb.HostState
 	}
-	return apitypes.Sandbox{ID: sb.ID, State: apitypes.SandboxState(store.StateLost), Error: reason, CreatedAt: sb.Created,
+	return apitypes.Sandbox{ID: sb.ID, State: apitypes.SandboxStateLost, Error: reason, CreatedAt: sb.Created,
 		MemoryMiB: int(sb.MemoryMiB), VCPUs: int(sb.VCPUs), Env: map[string]string{}, Metadata: map[string]string{}}
 }
 

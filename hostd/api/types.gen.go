@@ -128,6 +128,7 @@ const (
 	SandboxStateCreating = apitypes.SandboxStateCreating
 	SandboxStateDeleted  = apitypes.SandboxStateDeleted
 	SandboxStateFailed   = apitypes.SandboxStateFailed
+	SandboxStateLost     = apitypes.SandboxStateLost
 	SandboxStatePaused   = apitypes.SandboxStatePaused
 	SandboxStatePausing  = apitypes.SandboxStatePausing
 	SandboxStateResuming = apitypes.SandboxStateResuming
@@ -387,7 +388,8 @@ type Sandbox = apitypes.Sandbox
 // SandboxList defines model for SandboxList.
 type SandboxList = apitypes.SandboxList
 
-// SandboxState defines model for SandboxState.
+// SandboxState "lost" is a fleet's (the control plane's): the sandbox's host
+// stopped answering and its lease expired; `error` says when.
 type SandboxState = apitypes.SandboxState
 
 // SecretInfo defines model for SecretInfo.
@@ -570,3 +572,10 @@ type CreateSecretJSONRequestBody = apitypes.CreateSecretJSONRequestBody
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = apitypes.CreateTemplateJSONRequestBody
+
+// Host is one host of a fleet, as the control plane's GET /v1/hosts shows
+// it (an operator's endpoint of the fleet; hostd alone has none).
+type Host = apitypes.Host
+
+// HostList is GET /v1/hosts's answer.
+type HostList = apitypes.HostList

@@ -69,6 +69,8 @@ var Rules = []Rule{
 		Why: "the clients speak HTTP only"},
 	{From: "apitypes", Not: []string{"hostd", "client", "vmm", "guestinit", "agent", "snapshot", "disk"}, Tests: true,
 		Why: "the API's types are shared by the server and the client and depend on neither"},
+	{From: "fleet", Not: []string{"hostd", "client", "vmm", "guestinit", "agent", "snapshot", "disk"},
+		Why: "the control plane reaches hosts over their HTTP API, never by importing hostd (its tests start real hostds)"},
 	{From: "hostd", Not: []string{"client"},
 		Why: "hostd serves the API and does not link its client: what they share is in apitypes and images/imageconfig (hostd's tests drive it with the client)"},
 	{From: "", Not: TestKits, Except: append(slices.Clone(TestKits), "ci/bench", "ci/soak"),
