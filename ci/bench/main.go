@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/hostd"
 )
 
@@ -49,7 +50,7 @@ type env struct {
 type options struct {
 	boots, execs, requests, density                  int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
-	nativeOnly, floorsOnly                           bool
+	nativeOnly, floorsOnly, fleetOnly                bool
 	jsonOut, compareOld, cpuProfile                  string
 	densityLimit                                     time.Duration
 }
@@ -70,6 +71,7 @@ func parseFlags() options {
 	flag.StringVar(&o.jsonOut, "json", "bin/bench.json", "also write the figures here as JSON (empty: don't)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (hostd, and with -native-only the agent too) to this file")
 	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
+	flag.BoolVar(&o.fleetOnly, "fleet-only", false, "run only the fleet section (create, exec, read through a gateway against hostd directly)")
 	flag.IntVar(&o.density, "density", 0, "run only the density bench: start this many sandboxes from one template")
 	flag.DurationVar(&o.densityLimit, "density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
@@ -121,7 +123,7 @@ func run(t *table) error {
 		nat.addTo(t, e.emu)
 		return done()
 	}
-	if !o.recOnly && o.density == 0 {
+	if !o.recOnly && o.density == 0 && !o.fleetOnly {
 		fl, err := measureFloors(ctx, o.boots, p)
 		if err != nil {
 			return fmt.Errorf("floors: %w", err)
@@ -141,6 +143,12 @@ func run(t *table) error {
 	e.c = c
 	if o.recOnly {
 		if err := benchRecorder(ctx, c, t, o.execs); err != nil {
+			return err
+		}
+		return done()
+	}
+	if o.fleetOnly {
+		if err := benchFleet(ctx, e, o.execs); err != nil {
 			return err
 		}
 		return done()
@@ -176,6 +184,9 @@ func run(t *table) error {
 		return fmt.Errorf("native agent: %w", err)
 	}
 	nat.addTo(t, e.emu)
+	if err := benchFleet(ctx, e, o.execs); err != nil {
+		return err
+	}
 	if o.coreOnly {
 		return done()
 	}
@@ -261,7 +272,9 @@ func startHostdWith(ctx context.Context, adjust func(*hostd.Config)) (*client.Cl
 	if accel == "" {
 		accel = "tcg"
 	}
-	const key = "ab_bench"
+	// The host token of the fleet bench's host, so the fleet section puts a
+	// gateway in front of this very hostd.
+	key := hosttoken.Token(fleetSecret, fleetHost)
 	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: key, VMM: "qemu", Accel: accel,
 		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	cfg.TCGTBSizeMiB = tbSize

@@ -12,8 +12,8 @@ import (
 func hashToken(t string) string { return hosttoken.Hash(t) }
 
 // choose orders the hosts a placement tries: among placeable hosts with
-// room, those that hold the template warm come first, then those that
-// hold it, then by most free memory; best of k random candidates, the
+// room, k random candidates ranked by score (a warm pool or base snapshot
+// of the template first, then holding it, then most free memory), the
 // rest after them as fallbacks.
 func choose(hosts []store.Host, n store.Need, k int, r *rand.Rand, now time.Time) []string {
 	count := int64(max(n.Count, 1))
@@ -21,9 +21,6 @@ func choose(hosts []store.Host, n store.Need, k int, r *rand.Rand, now time.Time
 	for _, h := range hosts {
 		if !h.Placeable(now) || h.UsedMemMiB+n.MemoryMiB*count > h.MemMiB || h.UsedVCPUs+n.VCPUs*count > h.VCPUs ||
 			(h.MaxSandboxes > 0 && h.UsedSandboxes+int(count) > h.MaxSandboxes) {
-			continue
-		}
-		if n.Template != "" && !slices.Contains(h.Templates, n.Template) && !slices.Contains(h.Warm, n.Template) {
 			continue
 		}
 		fit = append(fit, h)
@@ -39,10 +36,14 @@ func choose(hosts []store.Host, n store.Need, k int, r *rand.Rand, now time.Time
 	return out
 }
 
-// score ranks a host for n: warm beats cold, then free memory (MiB).
+// score ranks a host for n: warm beats holding the template, which beats
+// neither; then free memory (MiB).
 func score(h store.Host, n store.Need) int {
 	s := int(min(h.MemMiB-h.UsedMemMiB, 1<<30))
-	if n.Template != "" && slices.Contains(h.Warm, n.Template) {
+	switch {
+	case slices.Contains(h.Warm, n.Template):
+		s += 2 << 31
+	case n.Template != "" && slices.Contains(h.Templates, n.Template):
 		s += 1 << 31
 	}
 	return s

@@ -83,11 +83,21 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 
 // pinned returns the hosts a create must go to: a snapshot's own host;
 // nil is any host.
+//
+// A template that the fleet built is on the host that built it (until
+// snapshots move between hosts); a host's own templates are anywhere.
 func (g *Gateway) pinned(ctx context.Context, req apitypes.CreateSandboxRequest) ([]string, error) {
-	if req.Snapshot == "" {
+	kind, id := store.KindSnapshot, req.Snapshot
+	if id == "" {
+		kind, id = store.KindTemplate, req.Template
+	}
+	if id == "" {
 		return nil, nil
 	}
-	o, err := g.reachObject(ctx, store.KindSnapshot, req.Snapshot)
+	o, err := g.reachObject(ctx, kind, id)
+	if kind == store.KindTemplate && errorCode(err) == CodeNotFound {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

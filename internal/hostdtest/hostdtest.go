@@ -82,10 +82,10 @@ func Start(t testing.TB, data string, tweaks ...func(*hostd.Config)) *Hostd {
 			logf.Close()
 		})
 	}
-	c, err := client.New(url, Key)
+	c, err := client.New(url, cfg.APIKey)
 	if err != nil {
 		stop()
 		t.Fatal(err)
 	}
-	return &Hostd{URL: url, Key: Key, Client: c, Log: logf.Name(), Stop: stop}
+	return &Hostd{URL: url, Key: cfg.APIKey, Client: c, Log: logf.Name(), Stop: stop}
 }

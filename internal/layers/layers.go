@@ -35,6 +35,7 @@ type Rule struct {
 // non-test files import testing, is a kit and must be listed here
 // (TestTestKitsListed).
 var TestKits = []string{
+	"fleet/gateway/gatewaytest",
 	"hostd/api/apitest",
 	"hostd/api/blueprinttest",
 	"hostd/sandbox/sandboxtest",

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/fleet/gateway/gatewaytest"
+	"github.com/agentbox/agentbox/hostd"
 	"github.com/agentbox/agentbox/internal/hostdtest"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
@@ -26,7 +28,9 @@ func TestSDKs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hostdtest.Start(t, vmmtest.ShortTempDir(t))
+	// The host's key is the token a fleet's control plane calls it with,
+	// so the suites run on it directly and then through a gateway.
+	h := hostdtest.Start(t, vmmtest.ShortTempDir(t), func(c *hostd.Config) { c.APIKey = gatewaytest.Token(fleetHost) })
 	t.Cleanup(h.Stop)
 	ctx := context.Background()
 	start := time.Now()
@@ -39,11 +43,27 @@ func TestSDKs(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build agentbox: %v\n%s", err, out)
 	}
+	cli := filepath.Join(bin, "agentbox")
+	t.Run("hostd", func(t *testing.T) { suites(t, root, cli, h.URL, h.Key) })
+	// Once more through the fleet's control plane, as a fleet of one host.
+	t.Run("fleet", func(t *testing.T) { suites(t, root, cli, gatewaytest.Front(t, fleetHost, h.URL), gatewaytest.AdminKey) })
+	if t.Failed() {
+		b, _ := os.ReadFile(h.Log)
+		t.Logf("hostd log (tail):\n%s", tail(b, 8000))
+	}
+}
+
+// fleetHost is the host's name in the fleet of one that the suites run
+// through the second time.
+const fleetHost = "sdk-host"
+
+// suites runs the Python and TypeScript suites against the API at url.
+func suites(t *testing.T, root, cli, url, key string) {
 	env := append(os.Environ(),
-		"AGENTBOX_URL="+h.URL,
-		"AGENTBOX_API_KEY="+h.Key,
+		"AGENTBOX_URL="+url,
+		"AGENTBOX_API_KEY="+key,
 		"AGENTBOX_TEMPLATE="+baseTemplate,
-		"AGENTBOX_CLI="+filepath.Join(bin, "agentbox"),
+		"AGENTBOX_CLI="+cli,
 		"AGENTBOX_DATA_DIR="+t.TempDir(), // no stray key file
 	)
 	t.Run("python", func(t *testing.T) {
@@ -64,10 +84,6 @@ func TestSDKs(t *testing.T) {
 		run(t, dir, env, "npm", "run", "build")
 		run(t, dir, env, "node", "--test", "--test-concurrency=1", "dist/test/")
 	})
-	if t.Failed() {
-		b, _ := os.ReadFile(h.Log)
-		t.Logf("hostd log (tail):\n%s", tail(b, 8000))
-	}
 }
 
 // makeBaseTemplate cold-boots the suites' one sandbox and makes a template
