@@ -112,6 +112,18 @@ func (g *Gateway) sandboxes(w http.ResponseWriter, r *http.Request, rest []strin
 		return "fork"
 	}
 	sb, err := g.reachSandbox(r.Context(), rest[0])
+	if errorCode(err) == CodeSandboxLost && len(rest) == 1 && r.Method == http.MethodDelete {
+		// A lost sandbox's host is gone, or fenced it: its record is all
+		// there is to delete.
+		dctx, cancel := g.dbctx(r.Context())
+		defer cancel()
+		if err := g.st.Delete(dctx, sb.ID); err != nil {
+			g.writeError(w, err)
+			return "sandbox"
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return "sandbox"
+	}
 	if err != nil {
 		g.writeError(w, err)
 		return "sandbox"

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,8 +122,8 @@ func (g *Gateway) place(ctx context.Context, need store.Need, only []string) (st
 	cands := choose(hosts, need, g.cfg.K, rand.New(rand.NewPCG(uint64(start.UnixNano()), 7)), time.Now())
 	if len(cands) == 0 {
 		g.met.placed("none", time.Since(start))
-		return store.Reservation{}, fmt.Errorf("%w: no live, active host (of %d) can take a sandbox of %d MiB and %d vCPUs%s",
-			store.ErrNoCapacity, len(hosts), need.MemoryMiB, need.VCPUs, templateNote(need))
+		return store.Reservation{}, fmt.Errorf("%w: no live, active host (of %d) can take %d sandbox(es) of %d MiB and %d vCPUs%s%s",
+			store.ErrNoCapacity, len(hosts), max(need.Count, 1), need.MemoryMiB, need.VCPUs, templateNote(need), whyNot(hosts))
 	}
 	res, err := g.st.Reserve(dctx, need, cands)
 	if err != nil {
@@ -397,4 +398,22 @@ func truncate(b []byte) string {
 		b = b[:200]
 	}
 	return strconv.Quote(string(b))[1:]
+}
+
+// whyNot says what each host (the first few) has left, so a refusal names
+// the limit it ran into.
+func whyNot(hosts []store.Host) string {
+	var b strings.Builder
+	for i, h := range hosts {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(hosts)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; %s (%s, %s): memory used %d of %d MiB, vCPUs used %d of %d", h.Name, h.State, h.Admin,
+			h.UsedMemMiB, h.MemMiB, h.UsedVCPUs, h.VCPUs)
+		if h.MaxSandboxes > 0 {
+			fmt.Fprintf(&b, ", %d of max sandboxes %d", h.UsedSandboxes, h.MaxSandboxes)
+		}
+	}
+	return b.String()
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/fleet/gateway/gatewaytest"
+	"github.com/agentbox/agentbox/hostd"
 	"github.com/agentbox/agentbox/internal/hostdtest"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
@@ -46,7 +48,18 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any,
 // TestMCPOverStdio runs the real server code on a pipe pair (the stdio
 // transport's framing) against a real hostd, with the SDK's client.
 func TestMCPOverStdio(t *testing.T) {
-	c := realHostd(t)
+	h := hostdtest.Start(t, vmmtest.ShortTempDir(t), func(c *hostd.Config) { c.APIKey = gatewaytest.Token("mcp-host") })
+	t.Cleanup(h.Stop)
+	t.Run("hostd", func(t *testing.T) { mcpOverStdio(t, h.Client) })
+	// Once more through the fleet's control plane (a fleet of this host).
+	gw, err := client.New(gatewaytest.Front(t, "mcp-host", h.URL), gatewaytest.AdminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("fleet", func(t *testing.T) { mcpOverStdio(t, gw) })
+}
+
+func mcpOverStdio(t *testing.T, c *client.Client) {
 	ctx := context.Background()
 	cr, sw := io.Pipe() // server -> client
 	sr, cw := io.Pipe() // client -> server
