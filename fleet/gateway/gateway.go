@@ -63,6 +63,7 @@ type Gateway struct {
 	met    *metrics
 	seal   *sealer
 	synced syncedSecrets
+	hh     hostsHealth
 	wg     sync.WaitGroup
 }
 

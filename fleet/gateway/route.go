@@ -37,7 +37,7 @@ func (g *Gateway) serve(w *statusWriter, r *http.Request) string {
 	p := r.URL.Path
 	switch p {
 	case "/healthz":
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		writeJSON(w, http.StatusOK, g.health(r.Context()))
 		return "healthz"
 	case "/readyz":
 		g.readyz(w, r)

@@ -309,7 +309,7 @@ func (g *Gateway) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	byHost := map[string][]store.Sandbox{}
-	var out []apitypes.Sandbox
+	out := []apitypes.Sandbox{}
 	for _, sb := range rows {
 		if sb.State == store.StateLost || sb.HostState != store.HostLive {
 			out = append(out, lostSandbox(sb))
