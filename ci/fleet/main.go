@@ -25,15 +25,12 @@ func main() {
 	o := fleettest.Options{}
 	flag.IntVar(&o.Hosts, "hosts", 3, "hostds, each in a network namespace of its own")
 	flag.IntVar(&o.Gateways, "gateways", 2, "control-plane replicas")
-	flag.BoolVar(&o.Fleet, "fleet", true, "run the hostds in fleet mode (false: independent hostds, no gateways)")
+	flag.BoolVar(&o.Fleet, "fleet", true, "run the hostds in fleet mode (false: independent hostds, which no gateway reaches)")
 	flag.DurationVar(&o.LeaseTTL, "lease-ttl", 10*time.Second, "hosts' lease TTL")
 	flag.IntVar(&o.MaxSandboxes, "max-sandboxes", 0, "sandboxes per host (0: no cap)")
 	flag.StringVar(&o.Dir, "dir", "", "directory for the fleet's data and logs (default: a temporary one, removed at exit)")
 	bin := flag.String("bin", "", "directory of built hostd and agentbox (default: build them from this checkout)")
 	flag.Parse()
-	if !o.Fleet {
-		o.Gateways = 0
-	}
 	if *bin != "" {
 		abs, err := filepath.Abs(*bin)
 		if err != nil {

@@ -70,6 +70,7 @@ type Fleet struct {
 	bin, dir          string
 	tempDir           bool
 	net               *network
+	netRemoved        bool
 	pg                *pgserver.Server
 	secretFile        string
 	adminKey, hostKey string

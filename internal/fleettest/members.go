@@ -182,9 +182,9 @@ func (f *Fleet) Close() error {
 	if f.pg != nil {
 		f.pg.Remove()
 	}
-	if f.net != nil {
+	if f.net != nil && !f.netRemoved {
 		errs = append(errs, f.net.remove(context.Background(), f.netHosts))
-		f.net = nil
+		f.netRemoved = true
 	}
 	if f.tempDir {
 		errs = append(errs, os.RemoveAll(f.dir))
