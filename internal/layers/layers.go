@@ -31,7 +31,8 @@ type Rule struct {
 // _test.go files, other kits, and the ci/ programs that measure and soak a
 // real hostd and are not shipped (ci/bench runs the fake driver's floors and
 // the egress and S3 upstreams of nettest and s3test; ci/soak looks for
-// leaks with leakcheck). A package whose name ends in "test", or whose
+// leaks with leakcheck; ci/fleet, behind `make fleet`, starts a fleet on one
+// machine with fleettest). A package whose name ends in "test", or whose
 // non-test files import testing, is a kit and must be listed here
 // (TestTestKitsListed).
 var TestKits = []string{
@@ -40,6 +41,7 @@ var TestKits = []string{
 	"hostd/api/blueprinttest",
 	"hostd/sandbox/sandboxtest",
 	"internal/deptest",
+	"internal/fleettest",
 	"internal/gittest",
 	"internal/hostdtest",
 	"internal/leakcheck",
@@ -74,8 +76,8 @@ var Rules = []Rule{
 		Why: "the control plane reaches hosts over their HTTP API, never by importing hostd (its tests start real hostds)"},
 	{From: "hostd", Not: []string{"client"},
 		Why: "hostd serves the API and does not link its client: what they share is in apitypes and images/imageconfig (hostd's tests drive it with the client)"},
-	{From: "", Not: TestKits, Except: append(slices.Clone(TestKits), "ci/bench", "ci/soak"),
-		Why: "test kits are imported from _test.go files only (and by other kits, ci/bench and ci/soak)"},
+	{From: "", Not: TestKits, Except: append(slices.Clone(TestKits), "ci/bench", "ci/soak", "ci/fleet"),
+		Why: "test kits are imported from _test.go files only (and by other kits, ci/bench, ci/soak and ci/fleet)"},
 }
 
 // Graph maps an import path to the import paths it depends on.

@@ -85,7 +85,7 @@ func TestCheckFindsPlantedViolation(t *testing.T) {
 		m("guestinit") + " reaches " + m("vmm") + ": the guest imports nothing of the host",
 		m("client") + " reaches " + m("hostd/sandbox") + ": the clients speak HTTP only",
 		m("hostd/api") + " reaches " + m("client/dockerfile") + ": hostd serves the API and does not link its client: what they share is in apitypes and images/imageconfig (hostd's tests drive it with the client)",
-		m("hostd/sandbox") + " reaches " + m("vmm/vmmtest") + ": test kits are imported from _test.go files only (and by other kits, ci/bench and ci/soak)",
+		m("hostd/sandbox") + " reaches " + m("vmm/vmmtest") + ": test kits are imported from _test.go files only (and by other kits, ci/bench, ci/soak and ci/fleet)",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %q, want %q", got, want)
