@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/apitypes"
+	"github.com/agentbox/agentbox/fleet/placement"
 	"github.com/agentbox/agentbox/fleet/store"
 )
 
@@ -119,7 +120,7 @@ func (g *Gateway) place(ctx context.Context, need store.Need, only []string) (st
 	if only != nil {
 		hosts = keep(hosts, only)
 	}
-	cands := choose(hosts, need, g.cfg.K, rand.New(rand.NewPCG(uint64(start.UnixNano()), 7)), time.Now())
+	cands := placement.Choose(hosts, need, g.cfg.K, rand.New(rand.NewPCG(uint64(start.UnixNano()), 7)), time.Now())
 	if len(cands) == 0 {
 		g.met.placed("none", time.Since(start))
 		return store.Reservation{}, fmt.Errorf("%w: no live, active host (of %d) can take %d sandbox(es) of %d MiB and %d vCPUs%s%s",
