@@ -30,6 +30,10 @@ PACKAGES=(
 	protobuf-compiler # protoc for proto/
 	# git mounts and their tests (hostd/mounts, internal/gittest: a real git server)
 	git
+	# the fleet (fleet/, internal/pgserver, internal/fleettest): a real PostgreSQL that
+	# the tests start as the postgres user on a temp dir, and hosts in namespaces
+	postgresql
+	iproute2
 	# service URL and PTY tests (hostd/svc_test.go)
 	chromium # headless browser that opens a sandbox's service URL
 	tmux     # drives `agentbox exec -it` in a real terminal

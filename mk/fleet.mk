@@ -12,7 +12,7 @@ fleet_mk_default_goal := $(.DEFAULT_GOAL)
 
 .PHONY: fleet fleet-sim
 
-fleet: build
+fleet: assets build
 	go run ./ci/fleet --bin bin $(FLEET_FLAGS)
 
 fleet-sim:
