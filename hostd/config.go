@@ -145,6 +145,8 @@ type Config struct {
 	// MountRoots are the host directories under which sandboxes' host
 	// mounts may take their source; none disables host mounts.
 	MountRoots []string
+	// Fleet, with its DB set, makes hostd one host of a fleet (fleet.go).
+	Fleet FleetConfig
 	// Now, if set, is the clock that service URLs' share links expire by
 	// (tests, which move it instead of waiting); nil is time.Now.
 	Now func() time.Time

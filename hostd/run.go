@@ -37,6 +37,10 @@ func Run(ctx context.Context, cfg Config) error {
 func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) error {
 	cfg = cfg.WithDefaults()
 	log := cfg.Logger
+	var err error
+	if cfg.Fleet, err = cfg.Fleet.withDefaults(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("hostd: data dir: %w", err)
 	}
@@ -86,7 +90,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		Network: network,
 		Limits:  cfg.Limits, KeyMax: cfg.KeyMaximums, Metrics: met, Recorder: rec, EventRetention: cfg.EventRetention,
 		Mounts:        mounts.Config{HostRoots: cfg.MountRoots, Secrets: box, GitHosts: cfg.EgressHosts, GitCAFile: cfg.EgressUpstreamCA},
-		BaseSnapshots: cfg.BaseSnapshots != "off", BasePool: max(cfg.BasePool, 0),
+		BaseSnapshots: cfg.BaseSnapshots != "off", BasePool: max(cfg.BasePool, 0), MaxSandboxes: cfg.Fleet.MaxSandboxes,
 		MemoryOvercommit: cfg.MemoryOvercommit, VCPUOvercommit: cfg.VCPUOvercommit, MemoryReserveMiB: cfg.MemoryReserveMiB,
 	}
 	if err := vmmJail(cfg, drv, log, &opts); err != nil {
@@ -117,7 +121,12 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	reaped := make(chan struct{})
 	go func() { defer close(reaped); mgr.Reap(rctx, cfg.ReapInterval) }() // zero: sandbox.DefaultReapInterval
 	defer func() { stopReaper(); <-reaped }()
-	authn := auth.New(st)
+	var authn principalAuth = auth.New(st)
+	if cfg.Fleet.On() {
+		// A caller's key does not reach a fleet's host: the control
+		// plane calls it with the host's token.
+		authn = fleetAuth(cfg.Fleet)
+	}
 	ports, err := portproxy.New(portproxy.Options{Sandboxes: mgr, Auth: tenantAuth{authn, st}, Domain: cfg.Domain, DataDir: cfg.DataDir, Logger: log, Now: cfg.Now,
 		MaxConnsPerSandbox: cfg.ServiceConnsPerSandbox, Budget: fds})
 	if err != nil {
@@ -132,7 +141,17 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer, Images: images,
 		Tenancy: st, Quotas: cfg.ProjectQuotas, DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB,
 		RotateKey: func(ctx context.Context) (string, error) { return auth.Rotate(ctx, st, cfg.DataDir) }})
-	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
+	var fleet *fleetMember
+	defer func() { fleet.stop() }()
+	listening := func(addr string) {
+		if cfg.Fleet.On() {
+			fleet = startFleet(ctx, cfg, mgr, st, addr, log)
+		}
+		if ready != nil {
+			ready(addr)
+		}
+	}
+	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, listening)
 }
 
 func serve(ctx context.Context, cfg Config, h http.Handler, mgr *sandbox.Manager, log *slog.Logger, ready func(string)) error {

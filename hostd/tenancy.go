@@ -14,7 +14,7 @@ import (
 // requires the key's project to own the sandbox: an API key opens the
 // service URLs of its own project's sandboxes (an admin's, of any).
 type tenantAuth struct {
-	*auth.Authenticator
+	principalAuth
 	st *store.Store
 }
 

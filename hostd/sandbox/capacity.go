@@ -44,13 +44,18 @@ type capacity struct {
 	hostMem func() (totalMiB, availMiB int, err error)
 	cpus    int
 
-	mu                       sync.Mutex
-	pendingVCPUs, pendingMiB int
+	// maxSandboxes caps the sandboxes the host holds at once (0: none);
+	// count counts those it holds (Manager.committedCount).
+	maxSandboxes int
+	count        func(ctx context.Context) (int, error)
+
+	mu                                 sync.Mutex
+	pendingVCPUs, pendingMiB, pendingN int
 }
 
 func newCapacity(o Options, list func(ctx context.Context) (int, int, error)) *capacity {
 	c := &capacity{memoryRatio: o.MemoryOvercommit, vcpuRatio: o.VCPUOvercommit, reserveMiB: o.MemoryReserveMiB,
-		list: list, hostMem: meminfo, cpus: runtime.NumCPU()}
+		list: list, hostMem: meminfo, cpus: runtime.NumCPU(), maxSandboxes: o.MaxSandboxes}
 	if c.memoryRatio == 0 {
 		c.memoryRatio = DefaultMemoryOvercommit
 	}
@@ -96,17 +101,40 @@ func (c *capacity) admit(ctx context.Context, vcpus, memMiB int) (release func()
 		return nil, fmt.Errorf("%w: %d vCPUs committed, and %d more would pass the host's %d (%d CPUs x vCPU overcommit %s)",
 			ErrCapacity, usedV, vcpus, maxV, c.cpus, num(c.vcpuRatio))
 	}
+	if c.maxSandboxes > 0 && c.count != nil {
+		n, err := c.count(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if n+c.pendingN >= c.maxSandboxes {
+			return nil, fmt.Errorf("%w: the host holds %d sandboxes, its most (max sandboxes %d)", ErrCapacity, n+c.pendingN, c.maxSandboxes)
+		}
+	}
 	c.pendingVCPUs += vcpus
 	c.pendingMiB += memMiB
+	c.pendingN++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			c.mu.Lock()
 			c.pendingVCPUs -= vcpus
 			c.pendingMiB -= memMiB
+			c.pendingN--
 			c.mu.Unlock()
 		})
 	}, nil
+}
+
+// Admissible is what the host admits in all, the bounds that admission
+// checks: its memory times the memory overcommit less the reserve, and its
+// CPUs times the vCPU overcommit (a fleet host reports them).
+func (m *Manager) Admissible() (memMiB, vcpus int64, err error) {
+	c := m.capacity
+	total, _, err := c.hostMem()
+	if err != nil {
+		return 0, 0, fmt.Errorf("sandbox: host memory: %w", err)
+	}
+	return max(int64(float64(total)*c.memoryRatio)-int64(c.reserveMiB), 0), int64(float64(c.cpus) * c.vcpuRatio), nil
 }
 
 // meminfo reads the host's total and available memory in MiB.
@@ -153,4 +181,20 @@ func (m *Manager) committed(ctx context.Context) (vcpus, memMiB int, err error) 
 		}
 	}
 	return vcpus, memMiB, nil
+}
+
+// committedCount counts the sandboxes whose VMs run or are being made.
+func (m *Manager) committedCount(ctx context.Context) (int, error) {
+	recs, err := m.opts.Store.ListSandboxes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range recs {
+		switch State(r.State) {
+		case StateCreating, StateRunning, StateResuming, StatePausing, StateStopping, StatePaused:
+			n++
+		}
+	}
+	return n, nil
 }

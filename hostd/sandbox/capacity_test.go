@@ -97,3 +97,28 @@ func TestHostMemoryCap(t *testing.T) {
 		}
 	}
 }
+
+// A host's cap on sandboxes (a fleet host's --fleet-max-sandboxes) counts
+// the recorded ones and the admissions in flight.
+func TestCapacityMaxSandboxes(t *testing.T) {
+	var used [2]int
+	c := testCapacity(&used, 4000)
+	c.maxSandboxes = 3
+	recorded := 1
+	c.count = func(context.Context) (int, error) { return recorded, nil }
+	ctx := context.Background()
+	r1, err := c.admit(ctx, 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.admit(ctx, 1, 64); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.admit(ctx, 1, 64); !errors.Is(err, ErrCapacity) || !strings.Contains(err.Error(), "max sandboxes 3") {
+		t.Fatalf("past the cap: %v", err)
+	}
+	r1()
+	if _, err := c.admit(ctx, 1, 64); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+}

@@ -91,6 +91,9 @@ type Options struct {
 	// zero: the defaults).
 	MemoryOvercommit, VCPUOvercommit float64
 	MemoryReserveMiB                 int
+	// MaxSandboxes caps the sandboxes the host holds at once (0: none; a
+	// fleet host's --fleet-max-sandboxes).
+	MaxSandboxes int
 }
 
 // Validate checks the options.
@@ -232,6 +235,7 @@ func New(opts Options) (*Manager, error) {
 	m.rec = recorderFeed{r: opts.Recorder, reg: &m.reg, spawn: m.spawn, log: opts.Logger}
 	m.mnts = newMountSets(opts.Mounts, opts.DataDir)
 	m.capacity = newCapacity(opts, m.committed)
+	m.capacity.count = m.committedCount
 	m.limits = limitPolicy{opts: opts.Limits, keyMaxes: opts.KeyMax, cgroups: opts.Cgroups != nil, store: opts.Store, log: opts.Logger}
 	if info, err := disk.Inspect(context.Background(), opts.BaseImage); err == nil {
 		m.limits.baseMiB = int(info.VirtualSize >> 20)

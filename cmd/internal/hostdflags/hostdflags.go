@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/hostd/fleetagent"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
@@ -71,6 +74,16 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: cli.EnvVars("AGENTBOX_LOG_LEVEL")},
 		&cli.BoolFlag{Name: "drain-on-exit", Usage: "delete every sandbox when hostd stops (by default running sandboxes run on and the next hostd re-adopts them)",
 			Sources: cli.EnvVars("AGENTBOX_DRAIN_ON_EXIT")},
+		&cli.StringFlag{Name: "fleet-db", Usage: "run as a host of a fleet: the fleet's PostgreSQL `DSN` (postgres://...)", Sources: cli.EnvVars("AGENTBOX_FLEET_DB")},
+		&cli.StringFlag{Name: "fleet-host", Usage: "this host's `NAME` in the fleet (default: the hostname)", Sources: cli.EnvVars("AGENTBOX_FLEET_HOST")},
+		&cli.StringFlag{Name: "fleet-advertise", Usage: "the `URL` the fleet's control plane reaches this hostd at (default: http://<listen address>)",
+			Sources: cli.EnvVars("AGENTBOX_FLEET_ADVERTISE")},
+		&cli.StringFlag{Name: "fleet-secret-file", Usage: "`FILE` holding the fleet secret that host tokens derive from (AGENTBOX_FLEET_SECRET holds the secret itself)",
+			Sources: cli.EnvVars("AGENTBOX_FLEET_SECRET_FILE")},
+		&cli.DurationFlag{Name: "fleet-lease-ttl", Value: fleetagent.DefaultTTL, Usage: "this host's lease in the fleet; it heartbeats every third of it",
+			Sources: cli.EnvVars("AGENTBOX_FLEET_LEASE_TTL")},
+		&cli.IntFlag{Name: "fleet-max-sandboxes", Usage: "the most sandboxes this host holds at once, reported to the fleet (0: no cap)",
+			Sources: cli.EnvVars("AGENTBOX_FLEET_MAX_SANDBOXES")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM, how long requests in flight may finish before they are cut",
 			Sources: cli.EnvVars("AGENTBOX_SHUTDOWN_TIMEOUT")},
 	}
@@ -139,12 +152,34 @@ func Config(cmd *cli.Command, logw io.Writer) (hostd.Config, error) {
 		MemoryReserveMiB: cmd.Int("memory-reserve-mib"),
 		ShutdownTimeout:  cmd.Duration("shutdown-timeout"),
 	}
+	if err := fleetConfig(cmd, &cfg); err != nil {
+		return hostd.Config{}, err
+	}
 	if p := cmd.String("limits"); p != "" {
 		if err := hostd.LoadLimits(p, &cfg); err != nil {
 			return hostd.Config{}, err
 		}
 	}
 	return cfg, nil
+}
+
+// fleetConfig fills cfg.Fleet from the fleet flags; the secret is
+// AGENTBOX_FLEET_SECRET's value, else --fleet-secret-file's content.
+func fleetConfig(cmd *cli.Command, cfg *hostd.Config) error {
+	f := hostd.FleetConfig{DB: cmd.String("fleet-db"), Host: cmd.String("fleet-host"), Advertise: cmd.String("fleet-advertise"),
+		LeaseTTL: cmd.Duration("fleet-lease-ttl"), MaxSandboxes: cmd.Int("fleet-max-sandboxes")}
+	if f.MaxSandboxes < 0 {
+		return fmt.Errorf("--fleet-max-sandboxes %d: want 0 (no cap) or more", f.MaxSandboxes)
+	}
+	if f.DB != "" {
+		secret, err := hosttoken.Secret(os.Getenv("AGENTBOX_FLEET_SECRET"), cmd.String("fleet-secret-file"))
+		if err != nil {
+			return fmt.Errorf("--fleet-db needs the fleet secret (AGENTBOX_FLEET_SECRET or --fleet-secret-file): %w", err)
+		}
+		f.Secret = secret
+	}
+	cfg.Fleet = f
+	return nil
 }
 
 // Action runs hostd as cmd's flags say until ctx ends, logging to the root

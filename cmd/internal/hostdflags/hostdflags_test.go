@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/hostd/fleetagent"
 	"github.com/agentbox/agentbox/hostd/sandbox"
 )
 
@@ -171,6 +172,9 @@ func TestConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("got error %v, want none", err)
 			}
+			if tc.want.Fleet.LeaseTTL == 0 {
+				tc.want.Fleet.LeaseTTL = fleetagent.DefaultTTL
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v,\nwant %+v", got, tc.want)
 			}
@@ -221,5 +225,33 @@ func TestConfigLogLevel(t *testing.T) {
 		if got := logger.Enabled(context.Background(), slog.LevelDebug); got != tc.debug {
 			t.Errorf("%q: got debug %v, want %v", tc.args, got, tc.debug)
 		}
+	}
+}
+
+// The fleet flags, and the secret from the environment or a file.
+func TestConfigFleet(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("AGENTBOX_FLEET_DB", "postgres://db/fleet")
+	t.Setenv("AGENTBOX_FLEET_SECRET", "  a secret of sixteen bytes or more \n")
+	got, err := parse(t, "--fleet-host", "h1", "--fleet-advertise", "http://10.0.0.1:7070", "--fleet-lease-ttl", "4s", "--fleet-max-sandboxes", "12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := hostd.FleetConfig{DB: "postgres://db/fleet", Host: "h1", Advertise: "http://10.0.0.1:7070",
+		Secret: []byte("a secret of sixteen bytes or more"), LeaseTTL: 4 * time.Second, MaxSandboxes: 12}
+	if !reflect.DeepEqual(got.Fleet, want) {
+		t.Fatalf("got %+v, want %+v", got.Fleet, want)
+	}
+	os.Unsetenv("AGENTBOX_FLEET_SECRET")
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("another secret of the fleet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err = parse(t, "--fleet-secret-file", file)
+	if err != nil || string(got.Fleet.Secret) != "another secret of the fleet" || got.Fleet.LeaseTTL != fleetagent.DefaultTTL {
+		t.Fatalf("secret file: %+v %v", got.Fleet, err)
+	}
+	if _, err := parse(t); err == nil || !strings.Contains(err.Error(), "fleet secret") {
+		t.Fatalf("no secret: %v", err)
 	}
 }
