@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentbox/agentbox/fleet/lease"
 	"github.com/agentbox/agentbox/fleet/store"
 )
 
-// newLeader returns the fleet's leader for this replica.
+// newLeader returns this replica's candidacy for the fleet's leader
+// (fleet/lease): whichever replica holds the lock expires the leases.
 func newLeader(st *store.Store, secret []byte, ttl time.Duration, log *slog.Logger) interface{ Run(context.Context) error } {
-	return nil // wired to fleet/lease at merge
+	return &lease.Leader{Store: st, Secret: secret, TTL: ttl, Logger: log}
 }
