@@ -71,6 +71,8 @@ var Rules = []Rule{
 		Why: "the API's types are shared by the server and the client and depend on neither"},
 	{From: "hostd", Not: []string{"client"},
 		Why: "hostd serves the API and does not link its client: what they share is in apitypes and images/imageconfig (hostd's tests drive it with the client)"},
+	{From: "fleet", Not: []string{"hostd", "vmm", "guestinit", "snapshot"},
+		Why: "the fleet (store, leader, gateway) reaches hosts over their HTTP API, never by importing hostd; hostd's agent imports the fleet's store"},
 	{From: "", Not: TestKits, Except: append(slices.Clone(TestKits), "ci/bench", "ci/soak"),
 		Why: "test kits are imported from _test.go files only (and by other kits, ci/bench and ci/soak)"},
 }
