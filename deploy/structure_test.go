@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"fmt"
+	"os"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -407,6 +409,50 @@ func checkRefs(t *testing.T, r rendered) {
 			}
 			if e := env(p.spec.Containers[0], "AGENTBOX_FLEET_DB"); e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "agentbox-pg-app" {
 				t.Errorf("%s's AGENTBOX_FLEET_DB is not the CloudNativePG app Secret: %+v", p.owner, e)
+			}
+		}
+	}
+}
+
+// TestImageHasTheCommands checks that every program the manifests run from
+// the agentbox image is one deploy/Dockerfile installs where they run it.
+func TestImageHasTheCommands(t *testing.T) {
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == "COPY" && strings.HasPrefix(f[1], "--from=") && f[len(f)-1] == "/usr/local/bin/" {
+			for _, src := range f[2 : len(f)-1] {
+				installed["/usr/local/bin/"+path.Base(src)] = true
+			}
+		}
+	}
+	for _, r := range renderAll(t) {
+		for _, p := range pods(r) {
+			if p.spec == nil {
+				continue
+			}
+			for _, c := range p.spec.Containers {
+				if !ours(c.Image) {
+					continue
+				}
+				progs := []string{}
+				if len(c.Command) > 0 {
+					progs = append(progs, c.Command[0])
+				}
+				if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Exec != nil {
+					for _, cl := range scriptLines("", c.Lifecycle.PreStop.Exec.Command) {
+						progs = append(progs, cl.argv[0])
+					}
+				}
+				for _, prog := range progs {
+					if !installed[prog] {
+						t.Errorf("%s: %s %s runs %s, which deploy/Dockerfile does not install (it installs %v)", r.Dir, p.owner, c.Name, prog, installed)
+					}
+				}
 			}
 		}
 	}
