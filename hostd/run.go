@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
+	"github.com/agentbox/agentbox/hostd/console"
 	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
 	"github.com/agentbox/agentbox/hostd/metrics"
@@ -132,7 +133,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer, Images: images,
 		Tenancy: st, Quotas: cfg.ProjectQuotas, DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB,
 		RotateKey: func(ctx context.Context) (string, error) { return auth.Rotate(ctx, st, cfg.DataDir) }})
-	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, ready)
+	return serve(ctx, cfg, ports.Wrap(console.Mount(handler)), mgr, log, ready)
 }
 
 func serve(ctx context.Context, cfg Config, h http.Handler, mgr *sandbox.Manager, log *slog.Logger, ready func(string)) error {
