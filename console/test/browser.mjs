@@ -111,7 +111,7 @@ async function vm() {
   await sh(id, "echo made-in-guest > /root/watched.txt");
   await page.locator('ul.files li[data-name="watched.txt"]').waitFor({ timeout: T });
   log("watch update listed");
-  await page.getByRole("button", { name: "script.sh" }).click();
+  await page.getByRole("button", { name: "script.sh", exact: true }).click();
   await page.locator("pre.code .tk-c").waitFor({ timeout: T });
   await noImages(page, "files");
   await shot(page, "files");

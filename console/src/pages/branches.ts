@@ -27,7 +27,19 @@ export function branchesPage(focus?: string): Page {
       if (x.parent_id && nodes.has(x.parent_id) && x.sandbox_id !== x.parent_id) parent.set(x.id, x.sandbox_id && nodes.has(x.sandbox_id) ? x.sandbox_id : x.parent_id);
       else if (x.sandbox_id && nodes.has(x.sandbox_id)) parent.set(x.id, x.sandbox_id);
     }
-    for (const x of sbs.sandboxes) if (x.snapshot_id && nodes.has(x.snapshot_id)) parent.set(x.id, x.snapshot_id);
+    for (const x of sbs.sandboxes) if (x.snapshot_id && nodes.has(x.snapshot_id) && snaps.snapshots.find((y) => y.id === x.snapshot_id)?.sandbox_id !== x.id) parent.set(x.id, x.snapshot_id);
+    // A fork's or a restore's origin is in its own flight recorder (its
+    // first lifecycle fork or restore event): read it for those still
+    // without a parent (a bounded number of them).
+    const orphans = sbs.sandboxes.filter((x) => !parent.has(x.id)).slice(-60);
+    await Promise.all(orphans.map(async (x) => {
+      try {
+        const r = await json<{ events: AuditEvent[] }>("GET", `${sb(x.id)}/events?type=lifecycle&limit=20`, { signal: ac.signal });
+        const l = r.events.map((e) => e.lifecycle).find((l) => l && (l.action === "fork" || l.action === "restore"));
+        if (l?.snapshot_id && nodes.has(l.snapshot_id)) parent.set(x.id, l.snapshot_id);
+        else if (l?.source_id && nodes.has(l.source_id) && l.source_id !== x.id) parent.set(x.id, l.source_id);
+      } catch { /* no recorder */ }
+    }));
     for (const [c, p] of parent) nodes.get(p)!.children.push(nodes.get(c)!);
     let roots = [...nodes.values()].filter((n) => !parent.has(n.id));
     if (focus && nodes.has(focus)) {
@@ -56,12 +68,16 @@ export function branchesPage(focus?: string): Page {
     let row = 0;
     const placed: { n: Node; x: number; y: number }[] = [];
     const edges: [number, number, number, number][] = [];
+    const seen = new Set<string>();
     const walk = (n: Node, depth: number): number => {
-      const kids = n.children.map((c) => walk(c, depth + 1));
+      seen.add(n.id);
+      const live = n.children.filter((c) => !seen.has(c.id)); // no cycles
+      live.forEach((c) => seen.add(c.id));
+      const kids = live.map((c) => walk(c, depth + 1));
       const y = kids.length ? (kids[0] + kids[kids.length - 1]) / 2 : row++ * H;
       const x = depth * W;
       placed.push({ n, x, y });
-      n.children.forEach((_, i) => edges.push([x + 190, y + 24, (depth + 1) * W, kids[i] + 24]));
+      live.forEach((_, i) => edges.push([x + 190, y + 24, (depth + 1) * W, kids[i] + 24]));
       return y;
     };
     roots.forEach((r) => walk(r, 0));
