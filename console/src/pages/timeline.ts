@@ -38,7 +38,7 @@ export function timeline(id: string, query: URLSearchParams) {
   function item(e: AuditEvent): HTMLElement {
     const details = h("div", { class: "details" });
     const li = h("li", { class: `ev ev-${e.type}`, "data-type": e.type },
-      h("time", { datetime: e.time }, new Date(e.time).toLocaleTimeString()),
+      h("time", { datetime: e.time }, new Date(e.time).toLocaleTimeString([], { hour12: false })),
       h("span", { class: `badge ${e.type}` }, e.type),
       h("button", { type: "button", class: "link summary", "aria-expanded": "false", onclick: (ev: Event) => {
         const b = ev.currentTarget as HTMLElement;
