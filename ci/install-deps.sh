@@ -37,6 +37,9 @@ PACKAGES=(
 	# service URL and PTY tests (hostd/svc_test.go)
 	chromium # headless browser that opens a sandbox's service URL
 	tmux     # drives `agentbox exec -it` in a real terminal
+	# the web console (console/: make console, and its browser test in make test-vm)
+	nodejs # Debian 12: 18.19
+	npm
 	# SDK suites (sdk/sdktest): the Python SDK, its tests and its offline install
 	python3-httpx
 	python3-websockets

@@ -364,6 +364,14 @@ type ClientInterface interface {
 	// Closing the socket leaves the session running; connect again to
 	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 	//
+	// A browser cannot set `Authorization` on a WebSocket: it offers the
+	// subprotocols `agentbox.pty` and `agentbox.bearer.<key>` instead
+	// (`new WebSocket(url, ["agentbox.pty", "agentbox.bearer." + key])`;
+	// keys are base64url, valid subprotocol tokens). hostd takes the key
+	// from the second when the request has no `Authorization` header, and
+	// answers with the subprotocol `agentbox.pty`. Only this route reads
+	// a key from a subprotocol.
+	//
 	// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
 	ExecPTY(ctx context.Context, id SandboxID, execID ExecID, params *ExecPTYParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1215,6 +1223,14 @@ func (c *Raw) AttachExec(ctx context.Context, id SandboxID, execID ExecID, param
 // runs on). Pings every 20 s keep it alive through proxies.
 // Closing the socket leaves the session running; connect again to
 // re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
+//
+// A browser cannot set `Authorization` on a WebSocket: it offers the
+// subprotocols `agentbox.pty` and `agentbox.bearer.<key>` instead
+// (`new WebSocket(url, ["agentbox.pty", "agentbox.bearer." + key])`;
+// keys are base64url, valid subprotocol tokens). hostd takes the key
+// from the second when the request has no `Authorization` header, and
+// answers with the subprotocol `agentbox.pty`. Only this route reads
+// a key from a subprotocol.
 //
 // Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
 func (c *Raw) ExecPTY(ctx context.Context, id SandboxID, execID ExecID, params *ExecPTYParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4727,6 +4743,14 @@ type ClientWithResponsesInterface interface {
 	// Closing the socket leaves the session running; connect again to
 	// re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
 	//
+	// A browser cannot set `Authorization` on a WebSocket: it offers the
+	// subprotocols `agentbox.pty` and `agentbox.bearer.<key>` instead
+	// (`new WebSocket(url, ["agentbox.pty", "agentbox.bearer." + key])`;
+	// keys are base64url, valid subprotocol tokens). hostd takes the key
+	// from the second when the request has no `Authorization` header, and
+	// answers with the subprotocol `agentbox.pty`. Only this route reads
+	// a key from a subprotocol.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/exec/{exec_id}/pty (the `ExecPTY` operationId).
@@ -7843,6 +7867,14 @@ func (c *ClientWithResponses) AttachExecWithResponse(ctx context.Context, id San
 // runs on). Pings every 20 s keep it alive through proxies.
 // Closing the socket leaves the session running; connect again to
 // re-attach. Ctrl-C is just the byte 0x03 on a terminal's stdin.
+//
+// A browser cannot set `Authorization` on a WebSocket: it offers the
+// subprotocols `agentbox.pty` and `agentbox.bearer.<key>` instead
+// (`new WebSocket(url, ["agentbox.pty", "agentbox.bearer." + key])`;
+// keys are base64url, valid subprotocol tokens). hostd takes the key
+// from the second when the request has no `Authorization` header, and
+// answers with the subprotocol `agentbox.pty`. Only this route reads
+// a key from a subprotocol.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/auth"
+	"github.com/agentbox/agentbox/hostd/console"
 	"github.com/agentbox/agentbox/hostd/egress"
 	"github.com/agentbox/agentbox/hostd/internal/fdbudget"
 	"github.com/agentbox/agentbox/hostd/metrics"
@@ -151,7 +152,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 			ready(addr)
 		}
 	}
-	return serve(ctx, cfg, ports.Wrap(handler), mgr, log, listening)
+	return serve(ctx, cfg, ports.Wrap(console.Mount(handler)), mgr, log, listening)
 }
 
 func serve(ctx context.Context, cfg Config, h http.Handler, mgr *sandbox.Manager, log *slog.Logger, ready func(string)) error {

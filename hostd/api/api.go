@@ -205,6 +205,7 @@ func (rt *router) logRequest(r *http.Request, rec *httpstatus.Recorder, start ti
 
 func (rt *router) serve(w http.ResponseWriter, r *http.Request) {
 	h, pattern := rt.mux.Handler(r)
+	r = withSubprotocolBearer(r, pattern)
 	if !publicRoutes[pattern] {
 		if err := rt.identify(r); err != nil {
 			rt.s.writeError(w, r, err)

@@ -41,7 +41,7 @@ func (s *server) ExecPTY(w http.ResponseWriter, r *http.Request, id SandboxID, e
 		s.writeError(w, r, err)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled, Subprotocols: []string{ptySubprotocol}})
 	if err != nil {
 		return // Accept has answered
 	}
