@@ -1458,7 +1458,13 @@ type TemplateBuildEvent struct {
 	Error   *ErrorBody `json:"error,omitempty"`
 
 	// Phase pull (bytes), unpack (layers), cached, build (the ext4 base), boot, snapshot.
-	Phase    *string                `json:"phase,omitempty"`
+	Phase *string `json:"phase,omitempty"`
+
+	// Status On an error event, the HTTP status the error has (a 4xx for the
+	// request's fault: credentials the registry refused, an image that
+	// is bad or too large). A build that fails before its first event
+	// answers with that status instead of a stream.
+	Status   *int                   `json:"status,omitempty"`
 	Template *Template              `json:"template,omitempty"`
 	Total    *int64                 `json:"total,omitempty"`
 	Type     TemplateBuildEventType `json:"type"`
