@@ -233,6 +233,7 @@ func (e InjectRuleKind) Valid() bool {
 // Defines values for LifecycleAuditAction.
 const (
 	LifecycleAuditActionFork     LifecycleAuditAction = "fork"
+	LifecycleAuditActionOomKill  LifecycleAuditAction = "oom_kill"
 	LifecycleAuditActionRestore  LifecycleAuditAction = "restore"
 	LifecycleAuditActionSnapshot LifecycleAuditAction = "snapshot"
 	LifecycleAuditActionState    LifecycleAuditAction = "state"
@@ -243,6 +244,8 @@ const (
 func (e LifecycleAuditAction) Valid() bool {
 	switch e {
 	case LifecycleAuditActionFork:
+		return true
+	case LifecycleAuditActionOomKill:
 		return true
 	case LifecycleAuditActionRestore:
 		return true
@@ -1035,9 +1038,19 @@ type KeyList struct {
 
 // LifecycleAudit defines model for LifecycleAudit.
 type LifecycleAudit struct {
-	Action     LifecycleAuditAction `json:"action"`
-	Reason     *string              `json:"reason,omitempty"`
-	SnapshotID *string              `json:"snapshot_id,omitempty"`
+	// Action `oom_kill`: the guest killed a process for memory (`process`,
+	// `pid`); `reason` says which limit it reached: the memory
+	// cgroup of the commands (`cgroup`), which leaves the agent a
+	// reserve, or the whole guest's (`global`).
+	Action LifecycleAuditAction `json:"action"`
+
+	// PID Its pid in the guest.
+	PID *int `json:"pid,omitempty"`
+
+	// Process The name of the process an oom_kill killed.
+	Process    *string `json:"process,omitempty"`
+	Reason     *string `json:"reason,omitempty"`
+	SnapshotID *string `json:"snapshot_id,omitempty"`
 
 	// SourceID The sandbox it was forked or restored from.
 	SourceID *string `json:"source_id,omitempty"`
@@ -1047,7 +1060,10 @@ type LifecycleAudit struct {
 	State *SandboxState `json:"state,omitempty"`
 }
 
-// LifecycleAuditAction defines model for LifecycleAudit.Action.
+// LifecycleAuditAction `oom_kill`: the guest killed a process for memory (`process`,
+// `pid`); `reason` says which limit it reached: the memory
+// cgroup of the commands (`cgroup`), which leaves the agent a
+// reserve, or the whole guest's (`global`).
 type LifecycleAuditAction string
 
 // Limits The sandbox's resource limits and lifecycle options (0 = none).
@@ -1452,7 +1468,13 @@ type TemplateBuildEvent struct {
 	Error   *ErrorBody `json:"error,omitempty"`
 
 	// Phase pull (bytes), unpack (layers), cached, build (the ext4 base), boot, snapshot.
-	Phase    *string                `json:"phase,omitempty"`
+	Phase *string `json:"phase,omitempty"`
+
+	// Status On an error event, the HTTP status the error has (a 4xx for the
+	// request's fault: credentials the registry refused, an image that
+	// is bad or too large). A build that fails before its first event
+	// answers with that status instead of a stream.
+	Status   *int                   `json:"status,omitempty"`
 	Template *Template              `json:"template,omitempty"`
 	Total    *int64                 `json:"total,omitempty"`
 	Type     TemplateBuildEventType `json:"type"`

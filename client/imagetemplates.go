@@ -41,7 +41,11 @@ func (c *Client) BuildTemplateFromImage(ctx context.Context, name string, poolSi
 			if ev.Error == nil {
 				return Template{}, &APIError{Code: "internal", Message: "template build failed"}
 			}
-			return Template{}, &APIError{Code: ev.Error.Code, Message: ev.Error.Message}
+			e := &APIError{Code: ev.Error.Code, Message: ev.Error.Message}
+			if ev.Status != nil {
+				e.Status = *ev.Status
+			}
+			return Template{}, e
 		}
 		if fn != nil {
 			fn(ev)

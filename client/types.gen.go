@@ -81,6 +81,7 @@ const (
 // Defines values for LifecycleAuditAction.
 const (
 	LifecycleAuditActionFork     = apitypes.LifecycleAuditActionFork
+	LifecycleAuditActionOomKill  = apitypes.LifecycleAuditActionOomKill
 	LifecycleAuditActionRestore  = apitypes.LifecycleAuditActionRestore
 	LifecycleAuditActionSnapshot = apitypes.LifecycleAuditActionSnapshot
 	LifecycleAuditActionState    = apitypes.LifecycleAuditActionState
@@ -303,7 +304,10 @@ type KeyList = apitypes.KeyList
 // LifecycleAudit defines model for LifecycleAudit.
 type LifecycleAudit = apitypes.LifecycleAudit
 
-// LifecycleAuditAction defines model for LifecycleAudit.Action.
+// LifecycleAuditAction `oom_kill`: the guest killed a process for memory (`process`,
+// `pid`); `reason` says which limit it reached: the memory
+// cgroup of the commands (`cgroup`), which leaves the agent a
+// reserve, or the whole guest's (`global`).
 type LifecycleAuditAction = apitypes.LifecycleAuditAction
 
 // Limits The sandbox's resource limits and lifecycle options (0 = none).

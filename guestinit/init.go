@@ -122,6 +122,7 @@ func serveAgent(log *slog.Logger, sp agent.Spawner, booted time.Time, watchFiles
 	exec := agent.NewExec(sp, log, agent.BeforeExit(func() { watcher.Flush() }), agent.EventsHead(ring.Head))
 	files := agent.NewFiles()
 	agent.Register(srv, exec, files, agent.NewSystem(booted))
+	startOOMGuard(log, ring, exec)
 	var events *watch.Service
 	if watchFiles {
 		watcher, events = startWatch(log, exec, ring)

@@ -20,8 +20,18 @@ type GuestEvent struct {
 	Time    time.Time
 	ExecID  string
 	PID     int
-	File    *FileEvent // one of File, Package
+	File    *FileEvent // one of File, Package, OOM
 	Package *PackageEvent
+	OOM     *OOMEvent
+}
+
+// OOMEvent is a process the guest killed for memory. Reason is cgroup
+// (the user commands' memory cgroup was full), global (the whole guest
+// was) or pressure (the agent's guard found the commands stalled on
+// memory); RSSKiB is what it held.
+type OOMEvent struct {
+	Name, Reason string
+	RSSKiB       int64
 }
 
 // FileEvent is a change to a file or directory: Op is created, modified,
@@ -108,6 +118,9 @@ func eventOK(e *agentv1.GuestEvent) bool {
 	if p := e.GetPackage(); p != nil {
 		return short(p.Manager, p.Action, p.Name, p.Version, p.OldVersion) && paths(p.Path)
 	}
+	if o := e.GetOom(); o != nil {
+		return short(o.Name, o.Reason) && o.RssKib >= 0
+	}
 	return true
 }
 
@@ -118,6 +131,9 @@ func eventFrom(e *agentv1.GuestEvent) GuestEvent {
 	}
 	if p := e.GetPackage(); p != nil {
 		g.Package = &PackageEvent{Manager: p.Manager, Action: p.Action, Name: p.Name, Version: p.Version, OldVersion: p.OldVersion, Path: p.Path}
+	}
+	if o := e.GetOom(); o != nil {
+		g.OOM = &OOMEvent{Name: o.Name, Reason: o.Reason, RSSKiB: o.RssKib}
 	}
 	return g
 }

@@ -43,6 +43,7 @@ const (
 	CodeBadImage          = "bad_image"
 	CodeImageTooLarge     = "image_too_large"
 	CodeRegistry          = "registry_error"
+	CodeRegistryAuth      = "registry_auth"
 	CodeSnapshotNotFound  = "snapshot_not_found"
 	CodeTemplateNotFound  = "template_not_found"
 	CodeNameTooLong       = "name_too_long"
@@ -109,6 +110,7 @@ var statusRules = []struct {
 	{oci.ErrNotImage, http.StatusUnprocessableEntity, CodeBadImage},
 	{oci.ErrDigest, http.StatusUnprocessableEntity, CodeBadImage},
 	{oci.ErrUnsafePath, http.StatusUnprocessableEntity, CodeBadImage},
+	{oci.ErrRegistryAuth, http.StatusUnprocessableEntity, CodeRegistryAuth},
 	{oci.ErrRegistry, http.StatusBadGateway, CodeRegistry},
 	{syscall.EISDIR, http.StatusBadRequest, CodeIsDirectory},
 	{syscall.ENOTDIR, http.StatusBadRequest, CodeNotADirectory},

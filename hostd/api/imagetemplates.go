@@ -34,10 +34,18 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, req Creat
 		s.writeError(w, r, badRequest(CodeInvalidRequest, "give snapshot_id or image, not both"))
 		return
 	}
+	// The stream starts with the first event: a build that fails before
+	// one (a registry that refuses the credentials, a path that is no
+	// image) answers with its own status; one that fails later says it in
+	// its error event's status.
 	rc := http.NewResponseController(w)
-	startNDJSON(w, rc) // no write deadline: a pull may take long
 	enc := json.NewEncoder(w)
+	started := false
 	send := func(ev TemplateBuildEvent) {
+		if !started {
+			started = true
+			startNDJSON(w, rc) // no write deadline: a pull may take long
+		}
 		_ = enc.Encode(ev) // a client gone away ends the build through r's context
 		_ = rc.Flush()
 	}
@@ -59,8 +67,12 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, req Creat
 		if status >= 500 {
 			s.log.Error("template build failed", "template", req.Name, "err", err)
 		}
+		if !started {
+			s.writeError(w, r, err)
+			return
+		}
 		body := errorBody(err)
-		send(TemplateBuildEvent{Type: TemplateBuildEventTypeError, Error: &body})
+		send(TemplateBuildEvent{Type: TemplateBuildEventTypeError, Error: &body, Status: &status})
 		return
 	}
 	t := toTemplate(res.Template)

@@ -59,8 +59,17 @@ func parseSigV4(auth string) (credentialScope, error) {
 // resignAWS replaces r's SigV4 signature: the guest's must name a
 // placeholder token of secretName; the new one is made with secretValue
 // ("ACCESS_KEY_ID:SECRET_ACCESS_KEY"). Streamed and unsigned payloads keep
-// their X-Amz-Content-Sha256; chunk-signed ones cannot be re-signed here.
+// their X-Amz-Content-Sha256; chunk-signed ones are decoded to an unsigned
+// payload, and presigned URLs signed again in their query (sigv4stream.go).
 func resignAWS(ctx context.Context, r *http.Request, secretName, secretValue string, placeholders map[string]string) error {
+	akid, secret, ok := strings.Cut(secretValue, ":")
+	if !ok || akid == "" || secret == "" {
+		return fmt.Errorf("aws: secret %q is not ACCESS_KEY_ID:SECRET_ACCESS_KEY", secretName)
+	}
+	creds := aws.Credentials{AccessKeyID: akid, SecretAccessKey: secret}
+	if isPresigned(r) {
+		return resignPresigned(ctx, r, secretName, creds, placeholders)
+	}
 	scope, err := parseSigV4(r.Header.Get("Authorization"))
 	if err != nil {
 		return err
@@ -68,14 +77,15 @@ func resignAWS(ctx context.Context, r *http.Request, secretName, secretValue str
 	if placeholders[scope.accessKey] != secretName {
 		return errNotPlaceholder
 	}
-	akid, secret, ok := strings.Cut(secretValue, ":")
-	if !ok || akid == "" || secret == "" {
-		return fmt.Errorf("aws: secret %q is not ACCESS_KEY_ID:SECRET_ACCESS_KEY", secretName)
-	}
 	hash := r.Header.Get("X-Amz-Content-Sha256")
 	switch {
+	case hash == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD":
+		if err := unchunk(r); err != nil { // sigv4stream.go
+			return err
+		}
+		hash = "UNSIGNED-PAYLOAD"
 	case strings.HasPrefix(hash, "STREAMING-AWS4-HMAC-SHA256"):
-		return errors.New("aws: chunk-signed payloads cannot be re-signed; use an unsigned payload (UNSIGNED-PAYLOAD or STREAMING-UNSIGNED-PAYLOAD-TRAILER)")
+		return errors.New("aws: chunk-signed payloads with signed trailers cannot be re-signed; use STREAMING-AWS4-HMAC-SHA256-PAYLOAD or an unsigned payload (UNSIGNED-PAYLOAD or STREAMING-UNSIGNED-PAYLOAD-TRAILER)")
 	case hash == "":
 		if hash, err = hashBody(r); err != nil {
 			return err
@@ -84,7 +94,6 @@ func resignAWS(ctx context.Context, r *http.Request, secretName, secretValue str
 	for _, h := range []string{"Authorization", "X-Amz-Date", "X-Amz-Security-Token"} {
 		r.Header.Del(h)
 	}
-	creds := aws.Credentials{AccessKeyID: akid, SecretAccessKey: secret}
 	return v4.NewSigner().SignHTTP(ctx, creds, r, hash, scope.service, scope.region, time.Now().UTC())
 }
 

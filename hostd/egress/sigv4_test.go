@@ -127,9 +127,9 @@ func TestResignAWS(t *testing.T) {
 	if err := resignAWS(context.Background(), r, "aws", secret, map[string]string{"other": "aws"}); !errors.Is(err, errNotPlaceholder) {
 		t.Errorf("foreign access key: %v", err)
 	}
-	r = guestRequest(t, up.URL, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "x")
+	r = guestRequest(t, up.URL, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "x")
 	if err := resignAWS(context.Background(), r, "aws", secret, placeholders); err == nil {
-		t.Error("chunk-signed payload re-signed")
+		t.Error("chunk-signed payload with signed trailers re-signed")
 	}
 	r = guestRequest(t, up.URL, "UNSIGNED-PAYLOAD", "x")
 	if err := resignAWS(context.Background(), r, "aws", "no-colon", placeholders); err == nil {

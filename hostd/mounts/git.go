@@ -49,7 +49,7 @@ func checkGitURL(raw string) error {
 	return nil
 }
 
-// stageGit clones (or, for a fork, copies) a git mount into a new directory
+// stageGit clones (or, for a fork, shares: gitfork.go) a git mount into a new directory
 // under c.StageDir and returns s with Source set to it. The token is given
 // to git in its environment (GIT_CONFIG_*), never in argv or the clone's
 // config; origin is the URL without credentials.
@@ -72,15 +72,14 @@ func (c Config) stageGit(ctx context.Context, s Spec) (Spec, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, gitCloneTimeout)
 	defer cancel()
-	if s.Source != "" { // a fork: copy its parent's working tree
+	if s.Source != "" { // a fork: share its parent's working tree
 		if !c.ownsClone(s.Source) {
 			os.RemoveAll(dir)
 			return s, fmt.Errorf("%w: a git mount takes no source", ErrInvalid)
 		}
-		out, err := exec.CommandContext(ctx, "cp", "-a", "--", s.Source+"/.", dir).CombinedOutput()
-		if err != nil {
+		if err := linkTree(ctx, s.Source, dir); err != nil {
 			os.RemoveAll(dir)
-			return s, fmt.Errorf("mounts: copy the clone: %w: %s", err, bytes.TrimSpace(out))
+			return s, fmt.Errorf("mounts: share the clone: %w", err)
 		}
 		s.Source = dir
 		return s, nil

@@ -37,14 +37,17 @@ type backend interface {
 type hostDir struct {
 	root     *os.Root
 	symlinks bool
+	// cow: dir is a git clone whose files a fork may share (gitfork.go),
+	// so a write first gives a shared file a copy of its own.
+	cow bool
 }
 
-func openHostDir(dir string, symlinks bool) (*hostDir, error) {
+func openHostDir(dir string, symlinks, cow bool) (*hostDir, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &hostDir{root: r, symlinks: symlinks}, nil
+	return &hostDir{root: r, symlinks: symlinks, cow: cow}, nil
 }
 
 func (h *hostDir) Close() error { return h.root.Close() }
@@ -65,6 +68,9 @@ func attrOf(fi fs.FileInfo) *agentv1.MountAttr {
 	a := &agentv1.MountAttr{Size: uint64(fi.Size()), MtimeNs: fi.ModTime().UnixNano(), Nlink: 1}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		a.Ino, a.Mode, a.Nlink = st.Ino, st.Mode, uint32(st.Nlink)
+		if fi.Mode().IsRegular() {
+			a.Nlink = 1 // the guest makes no hard links; a clone's are a fork's sharing
+		}
 	} else {
 		a.Mode = uint32(fi.Mode().Perm()) | typeBits(fi.Mode())
 	}
@@ -140,12 +146,16 @@ func (h *hostDir) ReadAt(p string, buf []byte, off int64) (int, error) {
 }
 
 func (h *hostDir) WriteAt(p string, data []byte, off int64) (int, error) {
-	f, err := h.root.OpenFile(p, os.O_WRONLY, 0)
-	if err != nil {
-		return 0, err
-	}
-	n, err := f.WriteAt(data, off)
-	return n, errors.Join(err, f.Close())
+	var n int
+	err := h.forWrite(p, func() error {
+		f, err := h.root.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		n, err = f.WriteAt(data, off)
+		return errors.Join(err, f.Close())
+	})
+	return n, err
 }
 
 func (h *hostDir) Create(p string, perm fs.FileMode, excl bool) error {
@@ -180,6 +190,10 @@ func (h *hostDir) Remove(p string, dir bool) error {
 }
 
 func (h *hostDir) SetAttr(p string, req *agentv1.MountSetAttrRequest) error {
+	return h.forWrite(p, func() error { return h.setAttr(p, req) })
+}
+
+func (h *hostDir) setAttr(p string, req *agentv1.MountSetAttrRequest) error {
 	if req.Size != nil {
 		f, err := h.root.OpenFile(p, os.O_WRONLY, 0)
 		if err != nil {

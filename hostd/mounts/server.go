@@ -45,7 +45,7 @@ func (c Config) Open(ctx context.Context, specs []Spec) (*Set, error) {
 		var err error
 		switch sp.Type {
 		case TypeHost, TypeGit:
-			b, err = openHostDir(sp.Source, sp.AllowSymlinks || sp.Type == TypeGit)
+			b, err = openHostDir(sp.Source, sp.AllowSymlinks || sp.Type == TypeGit, sp.Type == TypeGit)
 		case TypeS3:
 			b, err = c.openS3(ctx, sp, false)
 		default:

@@ -77,7 +77,7 @@ func TestRenameKeepsSymlinksInside(t *testing.T) {
 
 func newHostDirT(t *testing.T, symlinks bool) *hostDir {
 	t.Helper()
-	h, err := openHostDir(t.TempDir(), symlinks)
+	h, err := openHostDir(t.TempDir(), symlinks, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,7 @@ const (
 	ActionFork     = "fork"     // it was forked from source_id
 	ActionRestore  = "restore"  // it was restored from snapshot_id
 	ActionTimeout  = "timeout"  // its timeout was set
+	ActionOOMKill  = "oom_kill" // the guest killed a process for memory
 )
 
 // LifecycleData is a lifecycle event's payload.
@@ -105,6 +106,9 @@ type LifecycleData struct {
 	SnapshotID string `json:"snapshot_id,omitempty"`
 	SourceID   string `json:"source_id,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// Process and PID name the process an oom_kill killed (in the guest).
+	Process string `json:"process,omitempty"`
+	PID     int    `json:"pid,omitempty"`
 }
 
 // APIData is an api event's payload: one request that changed something.

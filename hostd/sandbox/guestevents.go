@@ -218,6 +218,8 @@ func (f *recorderFeed) guestEntry(id string, e agentclient.GuestEvent) (recorder
 		p := e.Package
 		en.Type, en.Data = recorder.TypePackage, recorder.PackageData{Manager: p.Manager, Action: p.Action, Name: p.Name,
 			Version: p.Version, OldVersion: p.OldVersion, Path: p.Path, ExecID: e.ExecID}
+	case e.OOM != nil:
+		en.Type, en.Data = recorder.TypeLifecycle, oomData(e)
 	default:
 		return en, false
 	}

@@ -82,11 +82,19 @@ func (r *reaper) pruneEvents(ctx context.Context) {
 	}
 }
 
-// now reaps every orphan at once.
+// now reaps every orphan at once: at start nothing is being made yet, so
+// an orphan's first sighting is enough. That covers the sandbox
+// directories too: a warm-pool member that a killed hostd was restoring
+// has no record, and its VMM (recorded in its directory, or found working
+// there when the kill came before the record) is stopped now, not a
+// reaper round later.
 func (r *reaper) now(ctx context.Context) {
 	all := map[string]bool{}
 	for _, id := range r.orphanCandidates(ctx) {
 		all[id] = true
+	}
+	for _, id := range r.orphanDirs(ctx) {
+		all["dir:"+id] = true
 	}
 	r.reapOnce(ctx, all)
 }

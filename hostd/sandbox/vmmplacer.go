@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/hostd/cgroup"
+	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/vmm"
 )
 
@@ -85,6 +86,9 @@ func (v *vmmPlacer) record(cfg *vmm.Config) {
 		if err != nil {
 			p = vmm.Process{PID: pid} // a fake VMM: adopt rewrites it
 		}
+		// A hostd killed here leaves a VMM that only where it works
+		// (unrecordedIn) tells; the next hostd stops it at start.
+		fault.Point("vmm:spawned")
 		return writeVMState(dir, vmState{Backend: backend, Process: p})
 	}
 }

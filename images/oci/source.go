@@ -40,6 +40,10 @@ var ErrBadRef = errors.New("oci: bad image reference")
 // credentials) or a registry that could not be reached.
 var ErrRegistry = errors.New("oci: registry")
 
+// ErrRegistryAuth is a registry that refused the credentials given (or
+// wants some and got none): the request's to fix, not the registry's.
+var ErrRegistryAuth = errors.New("oci: registry refused the credentials")
+
 // SourceOptions say how to reach an image.
 type SourceOptions struct {
 	// Insecure names registries ("host:port") that may be reached over
@@ -184,7 +188,7 @@ func openRemote(ctx context.Context, ref string, opts SourceOptions) (*Image, er
 	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(pt),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
 	if err != nil {
-		return nil, fmt.Errorf("%w: pull %s: %w", ErrRegistry, ref, err)
+		return nil, registryError(ref, err)
 	}
 	if opts.Progress != nil {
 		total := int64(0)

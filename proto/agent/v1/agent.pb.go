@@ -2384,6 +2384,7 @@ type GuestEvent struct {
 	//
 	//	*GuestEvent_File
 	//	*GuestEvent_Package
+	//	*GuestEvent_Oom
 	Kind          isGuestEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2472,6 +2473,15 @@ func (x *GuestEvent) GetPackage() *PackageEvent {
 	return nil
 }
 
+func (x *GuestEvent) GetOom() *OOMEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*GuestEvent_Oom); ok {
+			return x.Oom
+		}
+	}
+	return nil
+}
+
 type isGuestEvent_Kind interface {
 	isGuestEvent_Kind()
 }
@@ -2484,9 +2494,79 @@ type GuestEvent_Package struct {
 	Package *PackageEvent `protobuf:"bytes,11,opt,name=package,proto3,oneof"`
 }
 
+type GuestEvent_Oom struct {
+	Oom *OOMEvent `protobuf:"bytes,12,opt,name=oom,proto3,oneof"`
+}
+
 func (*GuestEvent_File) isGuestEvent_Kind() {}
 
 func (*GuestEvent_Package) isGuestEvent_Kind() {}
+
+func (*GuestEvent_Oom) isGuestEvent_Kind() {}
+
+// OOMEvent is a process the guest killed for memory: the kernel's OOM
+// killer (reason "cgroup": the user commands' memory cgroup was full;
+// "global": the whole guest was) or the agent's pressure guard ("pressure":
+// the commands stalled on memory).
+type OOMEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	RssKib        int64                  `protobuf:"varint,3,opt,name=rss_kib,json=rssKib,proto3" json:"rss_kib,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OOMEvent) Reset() {
+	*x = OOMEvent{}
+	mi := &file_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OOMEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OOMEvent) ProtoMessage() {}
+
+func (x *OOMEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OOMEvent.ProtoReflect.Descriptor instead.
+func (*OOMEvent) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *OOMEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OOMEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OOMEvent) GetRssKib() int64 {
+	if x != nil {
+		return x.RssKib
+	}
+	return 0
+}
 
 type FileEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2505,7 +2585,7 @@ type FileEvent struct {
 
 func (x *FileEvent) Reset() {
 	*x = FileEvent{}
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2597,7 @@ func (x *FileEvent) String() string {
 func (*FileEvent) ProtoMessage() {}
 
 func (x *FileEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[38]
+	mi := &file_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2610,7 @@ func (x *FileEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEvent.ProtoReflect.Descriptor instead.
 func (*FileEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{38}
+	return file_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileEvent) GetOp() string {
@@ -2593,7 +2673,7 @@ type PackageEvent struct {
 
 func (x *PackageEvent) Reset() {
 	*x = PackageEvent{}
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2685,7 @@ func (x *PackageEvent) String() string {
 func (*PackageEvent) ProtoMessage() {}
 
 func (x *PackageEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[39]
+	mi := &file_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2698,7 @@ func (x *PackageEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackageEvent.ProtoReflect.Descriptor instead.
 func (*PackageEvent) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{39}
+	return file_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PackageEvent) GetManager() string {
@@ -2830,7 +2910,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x04head\x18\x02 \x01(\x04R\x04head\x12\x12\n" +
 	"\x04lost\x18\x03 \x01(\x04R\x04lost\x12\x1f\n" +
 	"\vwatch_error\x18\x04 \x01(\tR\n" +
-	"watchError\"\xe8\x01\n" +
+	"watchError\"\x99\x02\n" +
 	"\n" +
 	"GuestEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
@@ -2839,8 +2919,13 @@ const file_agent_proto_rawDesc = "" +
 	"\x03pid\x18\x04 \x01(\x05R\x03pid\x122\n" +
 	"\x04file\x18\n" +
 	" \x01(\v2\x1c.agentbox.agent.v1.FileEventH\x00R\x04file\x12;\n" +
-	"\apackage\x18\v \x01(\v2\x1f.agentbox.agent.v1.PackageEventH\x00R\apackageB\x06\n" +
-	"\x04kind\"\x88\x01\n" +
+	"\apackage\x18\v \x01(\v2\x1f.agentbox.agent.v1.PackageEventH\x00R\apackage\x12/\n" +
+	"\x03oom\x18\f \x01(\v2\x1b.agentbox.agent.v1.OOMEventH\x00R\x03oomB\x06\n" +
+	"\x04kind\"O\n" +
+	"\bOOMEvent\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
+	"\arss_kib\x18\x03 \x01(\x03R\x06rssKib\"\x88\x01\n" +
 	"\tFileEvent\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x19\n" +
@@ -2909,7 +2994,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_agent_proto_goTypes = []any{
 	(OutputKind)(0),              // 0: agentbox.agent.v1.OutputKind
 	(*Empty)(nil),                // 1: agentbox.agent.v1.Empty
@@ -2950,12 +3035,13 @@ var file_agent_proto_goTypes = []any{
 	(*NextEventsRequest)(nil),    // 36: agentbox.agent.v1.NextEventsRequest
 	(*NextEventsResponse)(nil),   // 37: agentbox.agent.v1.NextEventsResponse
 	(*GuestEvent)(nil),           // 38: agentbox.agent.v1.GuestEvent
-	(*FileEvent)(nil),            // 39: agentbox.agent.v1.FileEvent
-	(*PackageEvent)(nil),         // 40: agentbox.agent.v1.PackageEvent
-	nil,                          // 41: agentbox.agent.v1.StartRequest.EnvEntry
+	(*OOMEvent)(nil),             // 39: agentbox.agent.v1.OOMEvent
+	(*FileEvent)(nil),            // 40: agentbox.agent.v1.FileEvent
+	(*PackageEvent)(nil),         // 41: agentbox.agent.v1.PackageEvent
+	nil,                          // 42: agentbox.agent.v1.StartRequest.EnvEntry
 }
 var file_agent_proto_depIdxs = []int32{
-	41, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
+	42, // 0: agentbox.agent.v1.StartRequest.env:type_name -> agentbox.agent.v1.StartRequest.EnvEntry
 	7,  // 1: agentbox.agent.v1.StartResponse.output:type_name -> agentbox.agent.v1.ReadOutputResponse
 	13, // 2: agentbox.agent.v1.StartResponse.summary:type_name -> agentbox.agent.v1.SessionSummary
 	0,  // 3: agentbox.agent.v1.OutputChunk.kind:type_name -> agentbox.agent.v1.OutputKind
@@ -2966,69 +3052,70 @@ var file_agent_proto_depIdxs = []int32{
 	25, // 8: agentbox.agent.v1.OpenResponse.info:type_name -> agentbox.agent.v1.FileInfo
 	25, // 9: agentbox.agent.v1.ListResponse.entries:type_name -> agentbox.agent.v1.FileInfo
 	38, // 10: agentbox.agent.v1.NextEventsResponse.events:type_name -> agentbox.agent.v1.GuestEvent
-	39, // 11: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
-	40, // 12: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
-	3,  // 13: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
-	5,  // 14: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
-	8,  // 15: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
-	9,  // 16: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
-	1,  // 17: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
-	14, // 18: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
-	11, // 19: agentbox.agent.v1.Exec.Summary:input_type -> agentbox.agent.v1.SummaryRequest
-	23, // 20: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
-	18, // 21: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
-	20, // 22: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
-	21, // 23: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
-	16, // 24: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
-	16, // 25: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
-	23, // 26: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
-	24, // 27: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.ListRequest
-	27, // 28: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
-	28, // 29: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
-	29, // 30: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
-	30, // 31: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
-	23, // 32: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
-	23, // 33: agentbox.agent.v1.Files.SyncFS:input_type -> agentbox.agent.v1.PathRequest
-	1,  // 34: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
-	33, // 35: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
-	34, // 36: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
-	35, // 37: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
-	1,  // 38: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
-	1,  // 39: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
-	36, // 40: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
-	4,  // 41: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
-	7,  // 42: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
-	1,  // 43: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
-	1,  // 44: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
-	15, // 45: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
-	1,  // 46: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
-	13, // 47: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
-	17, // 48: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
-	19, // 49: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
-	17, // 50: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
-	1,  // 51: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
-	22, // 52: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
-	1,  // 53: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
-	25, // 54: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
-	26, // 55: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
-	1,  // 56: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
-	1,  // 57: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
-	1,  // 58: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
-	1,  // 59: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
-	31, // 60: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
-	1,  // 61: agentbox.agent.v1.Files.SyncFS:output_type -> agentbox.agent.v1.Empty
-	32, // 62: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
-	1,  // 63: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
-	1,  // 64: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
-	1,  // 65: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
-	1,  // 66: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
-	1,  // 67: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
-	37, // 68: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
-	41, // [41:69] is the sub-list for method output_type
-	13, // [13:41] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	40, // 11: agentbox.agent.v1.GuestEvent.file:type_name -> agentbox.agent.v1.FileEvent
+	41, // 12: agentbox.agent.v1.GuestEvent.package:type_name -> agentbox.agent.v1.PackageEvent
+	39, // 13: agentbox.agent.v1.GuestEvent.oom:type_name -> agentbox.agent.v1.OOMEvent
+	3,  // 14: agentbox.agent.v1.Exec.Start:input_type -> agentbox.agent.v1.StartRequest
+	5,  // 15: agentbox.agent.v1.Exec.Read:input_type -> agentbox.agent.v1.ReadOutputRequest
+	8,  // 16: agentbox.agent.v1.Exec.WriteStdin:input_type -> agentbox.agent.v1.WriteStdinRequest
+	9,  // 17: agentbox.agent.v1.Exec.Signal:input_type -> agentbox.agent.v1.SignalRequest
+	1,  // 18: agentbox.agent.v1.Exec.List:input_type -> agentbox.agent.v1.Empty
+	14, // 19: agentbox.agent.v1.Exec.Resize:input_type -> agentbox.agent.v1.ResizeRequest
+	11, // 20: agentbox.agent.v1.Exec.Summary:input_type -> agentbox.agent.v1.SummaryRequest
+	23, // 21: agentbox.agent.v1.Files.Open:input_type -> agentbox.agent.v1.PathRequest
+	18, // 22: agentbox.agent.v1.Files.ReadChunk:input_type -> agentbox.agent.v1.ReadChunkRequest
+	20, // 23: agentbox.agent.v1.Files.Create:input_type -> agentbox.agent.v1.CreateRequest
+	21, // 24: agentbox.agent.v1.Files.WriteChunk:input_type -> agentbox.agent.v1.WriteChunkRequest
+	16, // 25: agentbox.agent.v1.Files.Commit:input_type -> agentbox.agent.v1.HandleRequest
+	16, // 26: agentbox.agent.v1.Files.Close:input_type -> agentbox.agent.v1.HandleRequest
+	23, // 27: agentbox.agent.v1.Files.Stat:input_type -> agentbox.agent.v1.PathRequest
+	24, // 28: agentbox.agent.v1.Files.List:input_type -> agentbox.agent.v1.ListRequest
+	27, // 29: agentbox.agent.v1.Files.Mkdir:input_type -> agentbox.agent.v1.MkdirRequest
+	28, // 30: agentbox.agent.v1.Files.Remove:input_type -> agentbox.agent.v1.RemoveRequest
+	29, // 31: agentbox.agent.v1.Files.Rename:input_type -> agentbox.agent.v1.RenameRequest
+	30, // 32: agentbox.agent.v1.Files.Symlink:input_type -> agentbox.agent.v1.SymlinkRequest
+	23, // 33: agentbox.agent.v1.Files.Readlink:input_type -> agentbox.agent.v1.PathRequest
+	23, // 34: agentbox.agent.v1.Files.SyncFS:input_type -> agentbox.agent.v1.PathRequest
+	1,  // 35: agentbox.agent.v1.System.Health:input_type -> agentbox.agent.v1.Empty
+	33, // 36: agentbox.agent.v1.System.SetTime:input_type -> agentbox.agent.v1.SetTimeRequest
+	34, // 37: agentbox.agent.v1.System.Reseed:input_type -> agentbox.agent.v1.ReseedRequest
+	35, // 38: agentbox.agent.v1.System.SetIdentity:input_type -> agentbox.agent.v1.SetIdentityRequest
+	1,  // 39: agentbox.agent.v1.System.Freeze:input_type -> agentbox.agent.v1.Empty
+	1,  // 40: agentbox.agent.v1.System.Thaw:input_type -> agentbox.agent.v1.Empty
+	36, // 41: agentbox.agent.v1.Events.Next:input_type -> agentbox.agent.v1.NextEventsRequest
+	4,  // 42: agentbox.agent.v1.Exec.Start:output_type -> agentbox.agent.v1.StartResponse
+	7,  // 43: agentbox.agent.v1.Exec.Read:output_type -> agentbox.agent.v1.ReadOutputResponse
+	1,  // 44: agentbox.agent.v1.Exec.WriteStdin:output_type -> agentbox.agent.v1.Empty
+	1,  // 45: agentbox.agent.v1.Exec.Signal:output_type -> agentbox.agent.v1.Empty
+	15, // 46: agentbox.agent.v1.Exec.List:output_type -> agentbox.agent.v1.ListSessionsResponse
+	1,  // 47: agentbox.agent.v1.Exec.Resize:output_type -> agentbox.agent.v1.Empty
+	13, // 48: agentbox.agent.v1.Exec.Summary:output_type -> agentbox.agent.v1.SessionSummary
+	17, // 49: agentbox.agent.v1.Files.Open:output_type -> agentbox.agent.v1.OpenResponse
+	19, // 50: agentbox.agent.v1.Files.ReadChunk:output_type -> agentbox.agent.v1.ReadChunkResponse
+	17, // 51: agentbox.agent.v1.Files.Create:output_type -> agentbox.agent.v1.OpenResponse
+	1,  // 52: agentbox.agent.v1.Files.WriteChunk:output_type -> agentbox.agent.v1.Empty
+	22, // 53: agentbox.agent.v1.Files.Commit:output_type -> agentbox.agent.v1.CommitResponse
+	1,  // 54: agentbox.agent.v1.Files.Close:output_type -> agentbox.agent.v1.Empty
+	25, // 55: agentbox.agent.v1.Files.Stat:output_type -> agentbox.agent.v1.FileInfo
+	26, // 56: agentbox.agent.v1.Files.List:output_type -> agentbox.agent.v1.ListResponse
+	1,  // 57: agentbox.agent.v1.Files.Mkdir:output_type -> agentbox.agent.v1.Empty
+	1,  // 58: agentbox.agent.v1.Files.Remove:output_type -> agentbox.agent.v1.Empty
+	1,  // 59: agentbox.agent.v1.Files.Rename:output_type -> agentbox.agent.v1.Empty
+	1,  // 60: agentbox.agent.v1.Files.Symlink:output_type -> agentbox.agent.v1.Empty
+	31, // 61: agentbox.agent.v1.Files.Readlink:output_type -> agentbox.agent.v1.ReadlinkResponse
+	1,  // 62: agentbox.agent.v1.Files.SyncFS:output_type -> agentbox.agent.v1.Empty
+	32, // 63: agentbox.agent.v1.System.Health:output_type -> agentbox.agent.v1.HealthResponse
+	1,  // 64: agentbox.agent.v1.System.SetTime:output_type -> agentbox.agent.v1.Empty
+	1,  // 65: agentbox.agent.v1.System.Reseed:output_type -> agentbox.agent.v1.Empty
+	1,  // 66: agentbox.agent.v1.System.SetIdentity:output_type -> agentbox.agent.v1.Empty
+	1,  // 67: agentbox.agent.v1.System.Freeze:output_type -> agentbox.agent.v1.Empty
+	1,  // 68: agentbox.agent.v1.System.Thaw:output_type -> agentbox.agent.v1.Empty
+	37, // 69: agentbox.agent.v1.Events.Next:output_type -> agentbox.agent.v1.NextEventsResponse
+	42, // [42:70] is the sub-list for method output_type
+	14, // [14:42] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -3040,6 +3127,7 @@ func file_agent_proto_init() {
 	file_agent_proto_msgTypes[37].OneofWrappers = []any{
 		(*GuestEvent_File)(nil),
 		(*GuestEvent_Package)(nil),
+		(*GuestEvent_Oom)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3047,7 +3135,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

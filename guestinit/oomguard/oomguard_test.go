@@ -1,0 +1,74 @@
+package oomguard
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		name, record string
+		want         string // name/reason/rss, or "" for none
+		pid          int32
+	}{
+		{"cgroup", "3,812,40123456,-;Memory cgroup out of memory: Killed process 345 (tail) total-vm:433000kB, anon-rss:420132kB, file-rss:4kB, shmem-rss:0kB, UID:0 pgtables:900kB oom_score_adj:0\n SUBSYSTEM=x", "tail/cgroup/420132", 345},
+		{"global", "3,9,1,-;Out of memory: Killed process 7 (python3) total-vm:1kB, anon-rss:2048kB, file-rss:0kB", "python3/global/2048", 7},
+		{"other line", "6,10,1,-;eth0: link up", "", 0},
+		{"no prefix", "Out of memory: Killed process 7 (x) total-vm:1kB, anon-rss:1kB", "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := Parse(tc.record)
+			if tc.want == "" {
+				if ev != nil {
+					t.Fatalf("got %v, want none", ev)
+				}
+				return
+			}
+			o := ev.GetOom()
+			if o == nil {
+				t.Fatalf("got %v, want an OOM event", ev)
+			}
+			got := strings.Join([]string{o.Name, o.Reason, itoa(o.RssKib)}, "/")
+			if got != tc.want || ev.Pid != tc.pid {
+				t.Errorf("got %s pid %d, want %s pid %d", got, ev.Pid, tc.want, tc.pid)
+			}
+		})
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func TestReserveFor(t *testing.T) {
+	for _, tc := range []struct{ total, want int64 }{
+		{256 << 20, MinReserve}, {1 << 30, 128 << 20}, {16 << 30, MaxReserve},
+	} {
+		if got := ReserveFor(tc.total); got != tc.want {
+			t.Errorf("ReserveFor(%d) = %d, want %d", tc.total, got, tc.want)
+		}
+	}
+}
+
+// TestSetup runs Setup on a directory laid out as cgroupfs.
+func TestSetup(t *testing.T) {
+	root := t.TempDir()
+	meminfo := filepath.Join(root, "meminfo")
+	os.WriteFile(meminfo, []byte("MemTotal:         500000 kB\nMemFree: 1 kB\n"), 0o644)
+	dir := filepath.Join(root, "agentbox-exec")
+	limit, err := Setup(root, dir, meminfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(500000<<10) - MinReserve; limit != want {
+		t.Errorf("limit %d, want %d", limit, want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "memory.max")); string(b) != itoa(limit) {
+		t.Errorf("memory.max %q, want %d", b, limit)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "cgroup.subtree_control")); string(b) != "+memory" {
+		t.Errorf("subtree_control %q", b)
+	}
+}
