@@ -60,9 +60,11 @@ func TestSDKs(t *testing.T) {
 	})
 	t.Run("typescript", func(t *testing.T) {
 		dir := filepath.Join(root, "sdk", "typescript")
-		run(t, dir, env, "npm", "ci", "--no-audit", "--no-fund")
-		run(t, dir, env, "npm", "run", "build")
-		run(t, dir, env, "node", "--test", "--test-concurrency=1", "dist/test/")
+		node, npm, nodeEnv := nodeTools(t, env)
+		run(t, dir, nodeEnv, node, "--version")
+		run(t, dir, nodeEnv, npm, "ci", "--no-audit", "--no-fund")
+		run(t, dir, nodeEnv, npm, "run", "build")
+		run(t, dir, nodeEnv, node, "--test", "--test-concurrency=1", "dist/test/")
 	})
 	if t.Failed() {
 		b, _ := os.ReadFile(h.Log)
@@ -88,6 +90,38 @@ func makeBaseTemplate(ctx context.Context, t *testing.T, c *client.Client) {
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
+}
+
+// nodeTools is the Node and npm the TypeScript suite runs with: the ones
+// ci/install-deps.sh installs (Debian's /usr/bin/node, Node 18 on Debian
+// 12), or $AGENTBOX_NODE (a node binary; the npm beside it if there is
+// one), first in the suite's PATH so that npm's scripts run it too.
+func nodeTools(t *testing.T, env []string) (node, npm string, nodeEnv []string) {
+	t.Helper()
+	node, npm = "/usr/bin/node", "/usr/bin/npm"
+	if v := os.Getenv("AGENTBOX_NODE"); v != "" {
+		node = v
+		if p := filepath.Join(filepath.Dir(v), "npm"); fileExists(p) {
+			npm = p
+		}
+	}
+	for _, f := range []string{node, npm} {
+		if !fileExists(f) {
+			t.Fatalf("%s is missing: run ci/install-deps.sh (it installs Debian's nodejs and npm)", f)
+		}
+	}
+	nodeEnv = append([]string{}, env...)
+	for i, kv := range nodeEnv {
+		if strings.HasPrefix(kv, "PATH=") {
+			nodeEnv[i] = "PATH=" + filepath.Dir(node) + ":" + strings.TrimPrefix(kv, "PATH=")
+		}
+	}
+	return node, npm, nodeEnv
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // run runs a command in dir, logs its output, fails t on a non-zero exit
