@@ -30,7 +30,7 @@ REACHABLE = {
     "readFile": ["Files.read"],
     "writeFile": ["Files.write"],
     "removeFile": ["Files.remove"],
-    "listDir": ["Files.list"],
+    "listDir": ["Files.list", "Files.pages"],
     "statFile": ["Files.stat", "Files.exists"],
     "makeDir": ["Files.mkdir"],
     "moveFile": ["Files.move"],

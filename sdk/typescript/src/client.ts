@@ -352,8 +352,23 @@ export class Files {
     const mode = opts.mode === undefined ? undefined : typeof opts.mode === "string" ? opts.mode : opts.mode.toString(8).padStart(4, "0");
     await this.f("PUT", "", p, { body: toBody(data), query: { mode }, expect: [204] });
   }
-  /** The entries of directory `p`. */
-  async list(p: string): Promise<FileInfo[]> { return ((await (await this.f("GET", "/list", p)).json()) as { entries: FileInfo[] }).entries; }
+  /** The entries of directory `p`, every page of them (see `pages`). */
+  async list(p: string): Promise<FileInfo[]> {
+    const out: FileInfo[] = [];
+    for await (const page of this.pages(p)) out.push(...page);
+    return out;
+  }
+  /** Directory `p`'s entries a page at a time (up to `opts.limit` each, hostd's
+   * default 1000), sorted by name, following the listing's cursor. */
+  async *pages(p: string, opts: { limit?: number } = {}): AsyncGenerator<FileInfo[]> {
+    let cursor: string | undefined;
+    for (;;) {
+      const d = (await (await this.f("GET", "/list", p, { query: { limit: opts.limit, cursor } })).json()) as { entries: FileInfo[]; next_cursor?: string };
+      yield d.entries;
+      if (!d.next_cursor || d.next_cursor === cursor) return;
+      cursor = d.next_cursor;
+    }
+  }
   /** Describe `p` (throws NotFound). */
   async stat(p: string): Promise<FileInfo> { return (await (await this.f("GET", "/stat", p)).json()) as FileInfo; }
   /** True if `p` exists. */

@@ -17,7 +17,7 @@ const reachable: Record<string, string[]> = {
   attachExec: ["Sandbox.attach", "ExecHandle.wait"], execPTY: ["Sandbox.pty", "Sandbox.ptyAttach"],
   signalExec: ["ExecHandle.kill"], getPort: ["Sandbox.port", "Sandbox.url"], setPort: ["Sandbox.setPublic"],
   createShareLink: ["Sandbox.share"], readFile: ["Files.read"], writeFile: ["Files.write"], removeFile: ["Files.remove"],
-  listDir: ["Files.list"], statFile: ["Files.stat", "Files.exists"], makeDir: ["Files.mkdir"], moveFile: ["Files.move"],
+  listDir: ["Files.list", "Files.pages"], statFile: ["Files.stat", "Files.exists"], makeDir: ["Files.mkdir"], moveFile: ["Files.move"],
   getArchive: ["Files.downloadDir"], putArchive: ["Files.uploadDir"], watchDir: ["Files.watch"],
   snapshotSandbox: ["Sandbox.snapshot"], forkSandbox: ["Sandbox.fork"], pauseSandbox: ["Sandbox.pause"],
   resumeSandbox: ["Sandbox.resume"], extendTimeout: ["Sandbox.extend"], getUsage: ["Sandbox.usage"],

@@ -518,8 +518,20 @@ class Files:
         self._req("PUT", "", path, expect=(204,), params=params, content=_body(data))
 
     def list(self, path: str) -> List[FileInfo]:
-        """The entries of directory ``path``."""
-        return [from_dict(FileInfo, e) for e in self._req("GET", "/list", path).json()["entries"]]
+        """The entries of directory ``path``, every page of them (see :meth:`pages`)."""
+        return [e for page in self.pages(path) for e in page]
+
+    def pages(self, path: str, *, limit: Optional[int] = None) -> Iterator[List[FileInfo]]:
+        """Directory ``path``'s entries a page at a time (up to ``limit`` each,
+        hostd's default 1000), sorted by name, following the listing's cursor."""
+        params: Dict[str, Any] = {} if limit is None else {"limit": limit}
+        while True:
+            d = self._req("GET", "/list", path, params=dict(params)).json()
+            yield [from_dict(FileInfo, e) for e in d["entries"]]
+            cursor = d.get("next_cursor")
+            if not cursor or cursor == params.get("cursor"):
+                return
+            params["cursor"] = cursor
 
     def stat(self, path: str) -> FileInfo:
         """Describe ``path`` (raises :class:`NotFound`)."""
