@@ -26,7 +26,8 @@ func TestSDKs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hostdtest.Start(t, vmmtest.ShortTempDir(t))
+	assets := makeSuiteAssets(t)
+	h := hostdtest.Start(t, vmmtest.ShortTempDir(t), assets.tweak)
 	t.Cleanup(h.Stop)
 	ctx := context.Background()
 	start := time.Now()
@@ -46,6 +47,7 @@ func TestSDKs(t *testing.T) {
 		"AGENTBOX_CLI="+filepath.Join(bin, "agentbox"),
 		"AGENTBOX_DATA_DIR="+t.TempDir(), // no stray key file
 	)
+	env = append(env, assets.env()...)
 	t.Run("python", func(t *testing.T) {
 		// Install the package as a user would, offline, and test that copy.
 		site := t.TempDir()

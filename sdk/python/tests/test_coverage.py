@@ -46,7 +46,7 @@ REACHABLE = {
     "listSnapshots": ["Snapshots.list"],
     "getSnapshot": ["Snapshots.get"],
     "deleteSnapshot": ["Snapshots.delete"],
-    "createTemplate": ["Templates.create", "Templates.build"],
+    "createTemplate": ["Templates.create", "Templates.build", "Templates.build_image"],
     "listTemplates": ["Templates.list"],
     "getTemplate": ["Templates.get"],
     "deleteTemplate": ["Templates.delete"],

@@ -9,7 +9,7 @@ import { AgentboxError, ConnectionFailed, NotFound, errorFromResponse } from "./
 import { tarDir, untarSafely } from "./files.js";
 import type {
   CreateOptions, Event, ExecResult, ExecSession, FileEvent, FileInfo, Health, NetworkPatch, NetworkPolicy,
-  APIKey, CreatedKey, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
+  APIKey, BuildEvent, CreatedKey, ImageBuildOptions, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
 } from "./models.js";
 import { Pty } from "./pty.js";
 import { ExecReader, lines, parseLine, streamError } from "./stream.js";
@@ -436,6 +436,23 @@ export class Templates {
   /** Name a snapshot as a template. */
   create(name: string, snapshotId: string, opts: { poolSize?: number } = {}): Promise<Template> {
     return this.c.json("POST", "/v1/templates", { json: { name, snapshot_id: snapshotId, pool_size: opts.poolSize ?? 0 }, expect: [201] });
+  }
+  /** Build template `name` from OCI image `ref` (a registry reference, or an OCI
+   * layout or `docker save` tarball on hostd's machine) in hostd, with progress. */
+  async buildImage(name: string, ref: string, opts: ImageBuildOptions = {}): Promise<Template> {
+    const image: Record<string, unknown> = { ref };
+    if (opts.insecure) image.insecure = true;
+    if (opts.registrySecret) image.registry_secret = opts.registrySecret;
+    if (opts.freeMiB) image.free_mib = opts.freeMiB;
+    if (opts.memoryMiB) image.memory_mib = opts.memoryMiB;
+    const resp = await this.c.fetch("POST", "/v1/templates", { json: { name, image, pool_size: opts.poolSize ?? 0 }, expect: [200] });
+    for await (const line of lines(resp.body)) {
+      const ev = parseLine(line);
+      if (ev.type === "done") return ev.template as Template;
+      if (ev.type === "error") throw streamError(ev);
+      opts.onProgress?.(ev as BuildEvent);
+    }
+    throw new AgentboxError(`template build ${name}: the stream ended without its result`);
   }
   /** Delete a template and its pool (not its snapshot). */
   async delete(name: string): Promise<void> { await this.c.fetch("DELETE", `/v1/templates/${name}`, { expect: [204] }); }

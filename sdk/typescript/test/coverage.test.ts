@@ -22,7 +22,7 @@ const reachable: Record<string, string[]> = {
   snapshotSandbox: ["Sandbox.snapshot"], forkSandbox: ["Sandbox.fork"], pauseSandbox: ["Sandbox.pause"],
   resumeSandbox: ["Sandbox.resume"], extendTimeout: ["Sandbox.extend"], getUsage: ["Sandbox.usage"],
   listSnapshots: ["Snapshots.list"], getSnapshot: ["Snapshots.get"], deleteSnapshot: ["Snapshots.delete"],
-  createTemplate: ["Templates.create", "Templates.build"], listTemplates: ["Templates.list"],
+  createTemplate: ["Templates.create", "Templates.build", "Templates.buildImage"], listTemplates: ["Templates.list"],
   getTemplate: ["Templates.get"], deleteTemplate: ["Templates.delete"],
   getSandboxNetwork: ["Network.get"], patchSandboxNetwork: ["Network.update"], listSandboxEvents: ["Sandbox.events"],
   createSecret: ["Secrets.set"], listSecrets: ["Secrets.list"], deleteSecret: ["Secrets.delete"],
