@@ -41,6 +41,7 @@ PACKAGES=(
 	python3-setuptools # the build backend of sdk/python (pip install --no-build-isolation)
 	python3-wheel
 	python3-pip
+	python3-yaml # the Python SDK's request-shape test reads the spec
 	# the TypeScript SDK's suite (sdk/sdktest): Debian's Node (18 on bookworm) and npm
 	nodejs
 	npm
