@@ -956,6 +956,9 @@ type FileInfo struct {
 // FileList defines model for FileList.
 type FileList struct {
 	Entries []FileInfo `json:"entries"`
+
+	// NextCursor Set when entries remain after this page; the cursor of the next.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ForkRequest defines model for ForkRequest.
@@ -1691,6 +1694,12 @@ type PutArchiveParams struct {
 
 // ListDirParams defines parameters for ListDir.
 type ListDirParams struct {
+	// Limit The page's most entries (default 1000).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The next_cursor of the previous page; absent for the first.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
 	// Path Absolute guest path without ".." elements. Percent-encoding carries
 	// any bytes, so a name that is not UTF-8 is spelled with its bytes
 	// percent-encoded (see FileInfo.raw_path).

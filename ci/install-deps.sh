@@ -48,6 +48,15 @@ PACKAGES=(
 	python3-setuptools # the build backend of sdk/python (pip install --no-build-isolation)
 	python3-wheel
 	python3-pip
+	python3-yaml # the Python SDK's request-shape test reads the spec
+	# the TypeScript SDK's suite (sdk/sdktest): Debian's Node (18 on bookworm) and npm
+	nodejs
+	npm
+	# the quick start itself: make, cgo for `go test -race`, curl in ci/demo.sh
+	make
+	gcc
+	libc6-dev
+	curl
 )
 
 SUDO=()
@@ -60,12 +69,19 @@ if [[ $(id -u) -ne 0 ]]; then
 	fi
 fi
 
+# installed P: package P is installed, or an installed package provides it
+# (NodeSource's nodejs provides, and conflicts with, Debian's npm).
+installed() {
+	local st
+	st=$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)
+	[[ $st == installed ]] && return 0
+	dpkg-query -W -f='${db:Status-Status} ${Provides}\n' 2>/dev/null |
+		awk -v p="$1" '$1 == "installed" { for (i = 2; i <= NF; i++) { sub(/,$/, "", $i); if ($i == p) found = 1 } } END { exit !found }'
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
-	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-	if [[ $st != installed ]]; then
-		missing+=("$p")
-	fi
+	installed "$p" || missing+=("$p")
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
@@ -84,8 +100,7 @@ log "apt-get install --no-install-recommends ${missing[*]}"
 # some later step.
 still=()
 for p in "${missing[@]}"; do
-	st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-	[[ $st == installed ]] || still+=("$p")
+	installed "$p" || still+=("$p")
 done
 if [[ ${#still[@]} -gt 0 ]]; then
 	log "still not installed: ${still[*]}"

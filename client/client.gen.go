@@ -445,7 +445,9 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/sandboxes/{id}/files/archive (the `PutArchive` operationId).
 	PutArchiveWithBody(ctx context.Context, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListDir List a directory.
+	// ListDir List a directory, a page at a time.
+	//
+	// Entries come sorted by name bytes, at most limit of them a page; when more remain, next_cursor is set: pass it as cursor for the next page. A page costs hostd the page, not the directory.
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/files/list (the `ListDir` operationId).
 	ListDir(ctx context.Context, id SandboxID, params *ListDirParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1385,7 +1387,9 @@ func (c *Raw) PutArchiveWithBody(ctx context.Context, id SandboxID, params *PutA
 	return c.Client.Do(req)
 }
 
-// ListDir List a directory.
+// ListDir List a directory, a page at a time.
+//
+// Entries come sorted by name bytes, at most limit of them a page; when more remain, next_cursor is set: pass it as cursor for the next page. A page costs hostd the page, not the directory.
 //
 // Corresponds with GET /v1/sandboxes/{id}/files/list (the `ListDir` operationId).
 func (c *Raw) ListDir(ctx context.Context, id SandboxID, params *ListDirParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3269,6 +3273,30 @@ func NewListDirRequest(server string, id SandboxID, params *ListDirParams) (*htt
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
 		} else {
@@ -4832,7 +4860,9 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/sandboxes/{id}/files/archive (the `PutArchive` operationId).
 	PutArchiveWithBodyWithResponse(ctx context.Context, id SandboxID, params *PutArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutArchiveResponse, error)
 
-	// ListDirWithResponse List a directory.
+	// ListDirWithResponse List a directory, a page at a time.
+	//
+	// Entries come sorted by name bytes, at most limit of them a page; when more remain, next_cursor is set: pass it as cursor for the next page. A page costs hostd the page, not the directory.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8005,7 +8035,9 @@ func (c *ClientWithResponses) PutArchiveWithBodyWithResponse(ctx context.Context
 	return ParsePutArchiveResponse(rsp)
 }
 
-// ListDirWithResponse List a directory.
+// ListDirWithResponse List a directory, a page at a time.
+//
+// Entries come sorted by name bytes, at most limit of them a page; when more remain, next_cursor is set: pass it as cursor for the next page. A page costs hostd the page, not the directory.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -51,11 +51,17 @@ func unixMode(m fs.FileMode) uint32 {
 	return n
 }
 
-// ListDir lists a guest directory.
+// ListDir lists a guest directory, every entry, sorted by name bytes: it
+// follows the listing's cursor page by page (ListDirPages streams them).
 func (c *Client) ListDir(ctx context.Context, id, path string) ([]FileInfo, error) {
-	var list FileList
-	err := decode(c.raw.ListDir(ctx, id, &ListDirParams{Path: path}))(http.StatusOK, &list)
-	return list.Entries, err
+	var out []FileInfo
+	for page, err := range c.ListDirPages(ctx, id, path, 0) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Entries...)
+	}
+	return out, nil
 }
 
 // Stat describes a guest file.

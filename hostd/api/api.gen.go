@@ -88,7 +88,7 @@ type ServerInterface interface {
 	// PutArchive Upload a tar (optionally gzip) stream and unpack it under a directory.
 	// (PUT /v1/sandboxes/{id}/files/archive)
 	PutArchive(w http.ResponseWriter, r *http.Request, id SandboxID, params PutArchiveParams)
-	// ListDir List a directory.
+	// ListDir List a directory, a page at a time.
 	// (GET /v1/sandboxes/{id}/files/list)
 	ListDir(w http.ResponseWriter, r *http.Request, id SandboxID, params ListDirParams)
 	// MakeDir Create a directory and its parents (mkdir -p).
@@ -1032,6 +1032,32 @@ func (siw *ServerInterfaceWrapper) ListDir(w http.ResponseWriter, r *http.Reques
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListDirParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
 
 	// ------------- Required query parameter "path" -------------
 

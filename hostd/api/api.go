@@ -33,6 +33,9 @@ type Manager interface {
 	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
 	WriteFile(ctx context.Context, id, path string, mode fs.FileMode, r io.Reader) error
 	ListDir(ctx context.Context, id, path string) ([]sandbox.FileInfo, error)
+	// ListDirPage lists up to limit entries of a directory, those whose
+	// names sort after after ("" for the first page).
+	ListDirPage(ctx context.Context, id, path, after string, limit int) (sandbox.DirPage, error)
 	Stat(ctx context.Context, id, path string) (sandbox.FileInfo, error)
 	Mkdir(ctx context.Context, id, path string) error
 	Remove(ctx context.Context, id, path string, recursive bool) error

@@ -197,14 +197,30 @@ func (s *server) ListDir(w http.ResponseWriter, r *http.Request, id SandboxID, p
 		s.writeError(w, r, err)
 		return
 	}
-	infos, err := s.m.ListDir(r.Context(), id, params.Path)
+	limit := defaultListLimit
+	if params.Limit != nil {
+		limit = *params.Limit
+	}
+	var after string
+	if params.Cursor != nil {
+		a, err := decodeListCursor(*params.Cursor)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		after = a
+	}
+	page, err := s.m.ListDirPage(r.Context(), id, params.Path, after, limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	list := FileList{Entries: make([]FileInfo, 0, len(infos))}
-	for _, fi := range infos {
+	list := FileList{Entries: make([]FileInfo, 0, len(page.Entries))}
+	for _, fi := range page.Entries {
 		list.Entries = append(list.Entries, toFileInfo(fi))
+	}
+	if page.More && len(page.Entries) > 0 {
+		list.NextCursor = encodeListCursor(page.Entries[len(page.Entries)-1].Name)
 	}
 	writeJSON(w, http.StatusOK, list)
 }

@@ -30,7 +30,8 @@ func TestSDKs(t *testing.T) {
 	}
 	// The host's key is the token a fleet's control plane calls it with,
 	// so the suites run on it directly and then through a gateway.
-	h := hostdtest.Start(t, vmmtest.ShortTempDir(t), func(c *hostd.Config) { c.APIKey = gatewaytest.Token(fleetHost) })
+	assets := makeSuiteAssets(t)
+	h := hostdtest.Start(t, vmmtest.ShortTempDir(t), assets.tweak, func(c *hostd.Config) { c.APIKey = gatewaytest.Token(fleetHost) })
 	t.Cleanup(h.Stop)
 	ctx := context.Background()
 	start := time.Now()
@@ -44,9 +45,11 @@ func TestSDKs(t *testing.T) {
 		t.Fatalf("go build agentbox: %v\n%s", err, out)
 	}
 	cli := filepath.Join(bin, "agentbox")
-	t.Run("hostd", func(t *testing.T) { suites(t, root, cli, h.URL, h.Key) })
+	t.Run("hostd", func(t *testing.T) { suites(t, root, cli, h.URL, h.Key, assets.env()) })
 	// Once more through the fleet's control plane, as a fleet of one host.
-	t.Run("fleet", func(t *testing.T) { suites(t, root, cli, gatewaytest.Front(t, fleetHost, h.URL), gatewaytest.AdminKey) })
+	t.Run("fleet", func(t *testing.T) {
+		suites(t, root, cli, gatewaytest.Front(t, fleetHost, h.URL), gatewaytest.AdminKey, assets.env())
+	})
 	if t.Failed() {
 		b, _ := os.ReadFile(h.Log)
 		t.Logf("hostd log (tail):\n%s", tail(b, 8000))
@@ -58,7 +61,7 @@ func TestSDKs(t *testing.T) {
 const fleetHost = "sdk-host"
 
 // suites runs the Python and TypeScript suites against the API at url.
-func suites(t *testing.T, root, cli, url, key string) {
+func suites(t *testing.T, root, cli, url, key string, extra []string) {
 	env := append(os.Environ(),
 		"AGENTBOX_URL="+url,
 		"AGENTBOX_API_KEY="+key,
@@ -66,6 +69,7 @@ func suites(t *testing.T, root, cli, url, key string) {
 		"AGENTBOX_CLI="+cli,
 		"AGENTBOX_DATA_DIR="+t.TempDir(), // no stray key file
 	)
+	env = append(env, extra...)
 	t.Run("python", func(t *testing.T) {
 		// Install the package as a user would, offline, and test that copy.
 		site := t.TempDir()
@@ -80,9 +84,11 @@ func suites(t *testing.T, root, cli, url, key string) {
 	})
 	t.Run("typescript", func(t *testing.T) {
 		dir := filepath.Join(root, "sdk", "typescript")
-		run(t, dir, env, "npm", "ci", "--no-audit", "--no-fund")
-		run(t, dir, env, "npm", "run", "build")
-		run(t, dir, env, "node", "--test", "--test-concurrency=1", "dist/test/")
+		node, npm, nodeEnv := nodeTools(t, env)
+		run(t, dir, nodeEnv, node, "--version")
+		run(t, dir, nodeEnv, npm, "ci", "--no-audit", "--no-fund")
+		run(t, dir, nodeEnv, npm, "run", "build")
+		run(t, dir, nodeEnv, node, "--test", "--test-concurrency=1", "dist/test/")
 	})
 }
 
@@ -104,6 +110,38 @@ func makeBaseTemplate(ctx context.Context, t *testing.T, c *client.Client) {
 	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
+}
+
+// nodeTools is the Node and npm the TypeScript suite runs with: the ones
+// ci/install-deps.sh installs (Debian's /usr/bin/node, Node 18 on Debian
+// 12), or $AGENTBOX_NODE (a node binary; the npm beside it if there is
+// one), first in the suite's PATH so that npm's scripts run it too.
+func nodeTools(t *testing.T, env []string) (node, npm string, nodeEnv []string) {
+	t.Helper()
+	node, npm = "/usr/bin/node", "/usr/bin/npm"
+	if v := os.Getenv("AGENTBOX_NODE"); v != "" {
+		node = v
+		if p := filepath.Join(filepath.Dir(v), "npm"); fileExists(p) {
+			npm = p
+		}
+	}
+	for _, f := range []string{node, npm} {
+		if !fileExists(f) {
+			t.Fatalf("%s is missing: run ci/install-deps.sh (it installs Debian's nodejs and npm)", f)
+		}
+	}
+	nodeEnv = append([]string{}, env...)
+	for i, kv := range nodeEnv {
+		if strings.HasPrefix(kv, "PATH=") {
+			nodeEnv[i] = "PATH=" + filepath.Dir(node) + ":" + strings.TrimPrefix(kv, "PATH=")
+		}
+	}
+	return node, npm, nodeEnv
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // run runs a command in dir, logs its output, fails t on a non-zero exit

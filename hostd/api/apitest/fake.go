@@ -527,3 +527,23 @@ func (f *Manager) DeleteTemplate(ctx context.Context, name string) error {
 	delete(f.templates, name)
 	return nil
 }
+
+// ListDirPage pages ListDir's entries (sorted by name).
+func (f *Manager) ListDirPage(ctx context.Context, id, p, after string, limit int) (sandbox.DirPage, error) {
+	all, err := f.ListDir(ctx, id, p)
+	if err != nil {
+		return sandbox.DirPage{}, err
+	}
+	var page sandbox.DirPage
+	for _, fi := range all {
+		if fi.Name <= after {
+			continue
+		}
+		if len(page.Entries) == limit {
+			page.More = true
+			break
+		}
+		page.Entries = append(page.Entries, fi)
+	}
+	return page, nil
+}

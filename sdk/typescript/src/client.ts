@@ -9,7 +9,7 @@ import { AgentboxError, ConnectionFailed, NotFound, errorFromResponse } from "./
 import { tarDir, untarSafely } from "./files.js";
 import type {
   CreateOptions, Event, ExecResult, ExecSession, FileEvent, FileInfo, Health, NetworkPatch, NetworkPolicy,
-  APIKey, CreatedKey, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
+  APIKey, BuildEvent, CreatedKey, ImageBuildOptions, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
 } from "./models.js";
 import { Pty } from "./pty.js";
 import { ExecReader, lines, parseLine, streamError } from "./stream.js";
@@ -352,8 +352,23 @@ export class Files {
     const mode = opts.mode === undefined ? undefined : typeof opts.mode === "string" ? opts.mode : opts.mode.toString(8).padStart(4, "0");
     await this.f("PUT", "", p, { body: toBody(data), query: { mode }, expect: [204] });
   }
-  /** The entries of directory `p`. */
-  async list(p: string): Promise<FileInfo[]> { return ((await (await this.f("GET", "/list", p)).json()) as { entries: FileInfo[] }).entries; }
+  /** The entries of directory `p`, every page of them (see `pages`). */
+  async list(p: string): Promise<FileInfo[]> {
+    const out: FileInfo[] = [];
+    for await (const page of this.pages(p)) out.push(...page);
+    return out;
+  }
+  /** Directory `p`'s entries a page at a time (up to `opts.limit` each, hostd's
+   * default 1000), sorted by name, following the listing's cursor. */
+  async *pages(p: string, opts: { limit?: number } = {}): AsyncGenerator<FileInfo[]> {
+    let cursor: string | undefined;
+    for (;;) {
+      const d = (await (await this.f("GET", "/list", p, { query: { limit: opts.limit, cursor } })).json()) as { entries: FileInfo[]; next_cursor?: string };
+      yield d.entries;
+      if (!d.next_cursor || d.next_cursor === cursor) return;
+      cursor = d.next_cursor;
+    }
+  }
   /** Describe `p` (throws NotFound). */
   async stat(p: string): Promise<FileInfo> { return (await (await this.f("GET", "/stat", p)).json()) as FileInfo; }
   /** True if `p` exists. */
@@ -421,6 +436,23 @@ export class Templates {
   /** Name a snapshot as a template. */
   create(name: string, snapshotId: string, opts: { poolSize?: number } = {}): Promise<Template> {
     return this.c.json("POST", "/v1/templates", { json: { name, snapshot_id: snapshotId, pool_size: opts.poolSize ?? 0 }, expect: [201] });
+  }
+  /** Build template `name` from OCI image `ref` (a registry reference, or an OCI
+   * layout or `docker save` tarball on hostd's machine) in hostd, with progress. */
+  async buildImage(name: string, ref: string, opts: ImageBuildOptions = {}): Promise<Template> {
+    const image: Record<string, unknown> = { ref };
+    if (opts.insecure) image.insecure = true;
+    if (opts.registrySecret) image.registry_secret = opts.registrySecret;
+    if (opts.freeMiB) image.free_mib = opts.freeMiB;
+    if (opts.memoryMiB) image.memory_mib = opts.memoryMiB;
+    const resp = await this.c.fetch("POST", "/v1/templates", { json: { name, image, pool_size: opts.poolSize ?? 0 }, expect: [200] });
+    for await (const line of lines(resp.body)) {
+      const ev = parseLine(line);
+      if (ev.type === "done") return ev.template as Template;
+      if (ev.type === "error") throw streamError(ev);
+      opts.onProgress?.(ev as BuildEvent);
+    }
+    throw new AgentboxError(`template build ${name}: the stream ended without its result`);
   }
   /** Delete a template and its pool (not its snapshot). */
   async delete(name: string): Promise<void> { await this.c.fetch("DELETE", `/v1/templates/${name}`, { expect: [204] }); }

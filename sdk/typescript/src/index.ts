@@ -1,5 +1,5 @@
 /**
- * agentbox: a microVM sandbox per AI agent, from TypeScript (Node 20+).
+ * agentbox: a microVM sandbox per AI agent, from TypeScript (Node 18+).
  *
  * ```ts
  * import { Client } from "@agentbox/sdk";

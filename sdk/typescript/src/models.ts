@@ -104,7 +104,32 @@ export interface Event {
 }
 
 /** Options of `client.create` / `client.sandbox`. */
+/** A mount of `create({ mounts })`: `type` and `path` (the absolute guest path), then the type's fields. */
+export interface Mount {
+  type: "host" | "s3" | "git"; path: string;
+  /** host: the host directory. */ source?: string;
+  /** s3 */ endpoint?: string; bucket?: string; prefix?: string; region?: string;
+  /** s3: the hostd secret with ACCESS_KEY:SECRET_KEY; git: the token's secret. */ secret?: string;
+  /** git */ url?: string; ref?: string;
+  read_only?: boolean; allow_symlinks?: boolean;
+}
+
+/** One progress line of an image build (`templates.buildImage`). */
+export interface BuildEvent {
+  type: "progress" | "done" | "error";
+  /** pull (bytes), unpack (layers), cached, build, boot, snapshot. */
+  phase?: string; current?: number; total?: number;
+}
+
+/** Options of `templates.buildImage`. */
+export interface ImageBuildOptions {
+  poolSize?: number; insecure?: boolean; registrySecret?: string; freeMiB?: number; memoryMiB?: number;
+  onProgress?: (ev: BuildEvent) => void;
+}
+
 export interface CreateOptions {
+  /** Host, s3 or git mounts. */
+  mounts?: Mount[];
   template?: string; snapshot?: string; vcpus?: number; memory_mib?: number; env?: Record<string, string>;
   timeout_s?: number; network?: Partial<NetworkPolicy>; secret_env?: Record<string, string>;
   metadata?: Record<string, string>;

@@ -28,7 +28,8 @@ func templateBuildCommand() *cli.Command {
 		Usage: "build a template from a blueprint, reusing cached steps; progress goes to stderr, the name to stdout",
 		UsageText: "agentbox template build [-f blueprint.yaml] [--pool N] [--no-cache] NAME\n" +
 			"agentbox template build -f Dockerfile [--build-arg K=V]... [--pool N] [--no-cache] NAME [CONTEXT]\n" +
-			"agentbox template build --image REF [--pool N] [--insecure-registry] [--registry-secret S] NAME\n\n" +
+			"agentbox template build --image REF [--pool N] [--insecure-registry] [--registry-secret S] NAME\n" +
+			"agentbox template build [--pool N] READY   (python-data, browser, docker: images/templates/READY, layout and template in one step)\n\n" +
 			"A blueprint is YAML: `base: debian-bookworm` (or `template: NAME`), optional vcpus and\n" +
 			"memory_mib, and steps, each one of `run: CMD`, `copy: {src: LOCAL, dest: /PATH}`,\n" +
 			"`env: {K: V}` or `workdir: /PATH`. Copy sources are relative to the blueprint file.\n\n" +
@@ -64,6 +65,15 @@ func templateBuildCommand() *cli.Command {
 					return err
 				}
 				return printResult(cmd, t, t.Name)
+			}
+			if !cmd.IsSet("file") && !fileExists(file) {
+				if root := readyTemplateDir(name); root != "" {
+					t, err := buildReadyTemplate(ctx, cmd, root, name)
+					if err != nil {
+						return err
+					}
+					return printResult(cmd, t, t.Name)
+				}
 			}
 			if cmd.String("kernel") != "" || cmd.String("modules") != "" {
 				return fmt.Errorf("%s: --kernel and --modules need --image (or a Dockerfile FROM an image)", cmd.Name)

@@ -41,6 +41,8 @@ from ._errors import (
 )
 from ._models import (
     APIKey,
+    BuildEvent,
+    Mount,
     CreatedKey,
     Project,
     Event,
@@ -68,7 +70,7 @@ __all__ = [
     "Client", "Sandbox", "ExecHandle", "Files", "FileStream", "Watch", "Network", "Templates", "Secrets", "Snapshots",
     "AsyncClient", "AsyncSandbox", "AsyncExecHandle", "AsyncFiles", "AsyncFileStream", "AsyncWatch", "AsyncNetwork",
     "AsyncTemplates", "AsyncSecrets", "AsyncSnapshots", "Pty", "AsyncPty", "Keys", "AsyncKeys", "Projects", "AsyncProjects",
-    "APIKey", "CreatedKey", "Project",
+    "APIKey", "CreatedKey", "Project", "BuildEvent", "Mount",
     "AgentboxError", "APIError", "Conflict", "ConnectionFailed", "ExecFailed", "InvalidRequest", "NotFound",
     "NotSupported", "PermissionDenied", "SandboxNotRunning", "ServerError", "Timeout", "Unauthorized",
     "Event", "ExecResult", "ExecSession", "FileEvent", "FileInfo", "Health", "NetworkPolicy", "Output",

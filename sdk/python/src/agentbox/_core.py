@@ -344,3 +344,20 @@ def url_with_token(pa: Mapping[str, Any], path_only: bool = False) -> str:
     if not pa.get("public"):
         u += ("&" if "?" in u else "?") + "token=" + pa["token"]
     return u
+
+
+def image_body(name: str, ref: str, pool_size: int, **image: Any) -> Dict[str, Any]:
+    """The JSON body of an image build, ``POST /v1/templates`` with ``image``."""
+    img = {"ref": ref, **{k: v for k, v in image.items() if v not in (None, "", 0, False)}}
+    return {"name": name, "image": img, "pool_size": pool_size}
+
+
+def build_event(d: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """An image build's last event: its template (done) or raises its error;
+    None for a progress event."""
+    if d.get("type") == "done":
+        return d.get("template") or {}
+    if d.get("type") == "error":
+        err = d.get("error") or {}
+        raise make_error(str(err.get("code", "build_failed")), str(err.get("message", "")))
+    return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Type, TypeVar
+from typing import Any, Dict, List, Optional, Type, TypedDict, TypeVar
 
 T = TypeVar("T")
 
@@ -269,3 +269,32 @@ class Event:
         """The details of the event, e.g. ``{"exec_id":…,"phase":"start",…}``."""
         d = self.raw.get(self.type)
         return d if isinstance(d, dict) else {}
+
+
+class Mount(TypedDict, total=False):
+    """A mount of ``create(mounts=[...])``: ``type`` ("host", "s3" or "git")
+    and ``path`` (the absolute guest path) always, then the type's fields."""
+
+    type: str
+    path: str
+    source: str
+    endpoint: str
+    bucket: str
+    prefix: str
+    region: str
+    secret: str
+    url: str
+    ref: str
+    read_only: bool
+    allow_symlinks: bool
+
+
+@dataclass
+class BuildEvent:
+    """One progress line of an image build (``templates.build_image``)."""
+
+    type: str
+    #: pull (bytes), unpack (layers), cached, build, boot, snapshot.
+    phase: str = ""
+    current: int = 0
+    total: int = 0

@@ -16,6 +16,8 @@ from ._core import Command, OutputCallback
 from ._errors import ConnectionFailed, NotFound, error_from_response
 from ._models import (
     APIKey,
+    BuildEvent,
+    Mount,
     CreatedKey,
     Project,
     Event,
@@ -149,18 +151,20 @@ class Client:
         secret_env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
         boot: Optional[str] = None,
+        mounts: Optional[Sequence[Mount]] = None,
         **limits: Any,
     ) -> "Sandbox":
         """Create and boot a sandbox; returns once it runs. ``limits`` are the
         API's other create fields (``cpu_quota``, ``disk_mib``, ``idle_timeout_s``…).
-        ``boot="cold"`` boots the base image instead of restoring hostd's base
+        ``mounts`` are host, s3 or git mounts (:class:`Mount`). ``boot="cold"`` boots the base image instead of restoring hostd's base
         snapshot."""
         if template is None and snapshot is None:
             template = self.default_template
         body = _core.create_body(
             template=template, snapshot=snapshot, vcpus=vcpus, memory_mib=memory_mib,
             env=dict(env or {}), timeout_s=timeout_s, network=dict(network) if network else None,
-            secret_env=dict(secret_env or {}), metadata=dict(metadata or {}), boot=boot, **limits,
+            secret_env=dict(secret_env or {}), metadata=dict(metadata or {}), boot=boot,
+            mounts=[dict(m) for m in mounts or []] or None, **limits,
         )
         d = self._json("POST", "/v1/sandboxes", json=body, expect=(201,))
         return Sandbox(self, from_dict(SandboxInfo, d))
@@ -518,8 +522,20 @@ class Files:
         self._req("PUT", "", path, expect=(204,), params=params, content=_body(data))
 
     def list(self, path: str) -> List[FileInfo]:
-        """The entries of directory ``path``."""
-        return [from_dict(FileInfo, e) for e in self._req("GET", "/list", path).json()["entries"]]
+        """The entries of directory ``path``, every page of them (see :meth:`pages`)."""
+        return [e for page in self.pages(path) for e in page]
+
+    def pages(self, path: str, *, limit: Optional[int] = None) -> Iterator[List[FileInfo]]:
+        """Directory ``path``'s entries a page at a time (up to ``limit`` each,
+        hostd's default 1000), sorted by name, following the listing's cursor."""
+        params: Dict[str, Any] = {} if limit is None else {"limit": limit}
+        while True:
+            d = self._req("GET", "/list", path, params=dict(params)).json()
+            yield [from_dict(FileInfo, e) for e in d["entries"]]
+            cursor = d.get("next_cursor")
+            if not cursor or cursor == params.get("cursor"):
+                return
+            params["cursor"] = cursor
 
     def stat(self, path: str) -> FileInfo:
         """Describe ``path`` (raises :class:`NotFound`)."""
@@ -629,6 +645,35 @@ class Templates:
         """Name snapshot ``snapshot_id`` as template ``name`` (replacing one of that name)."""
         body = {"name": name, "snapshot_id": snapshot_id, "pool_size": pool_size}
         return from_dict(Template, self._c._json("POST", "/v1/templates", json=body, expect=(201,)))
+
+    def build_image(
+        self,
+        name: str,
+        ref: str,
+        *,
+        pool_size: int = 0,
+        insecure: bool = False,
+        registry_secret: Optional[str] = None,
+        free_mib: int = 0,
+        memory_mib: int = 0,
+        on_progress: Optional[Callable[[BuildEvent], Any]] = None,
+    ) -> Template:
+        """Build template ``name`` from OCI image ``ref`` (a registry reference,
+        or an OCI layout or ``docker save`` tarball on hostd's machine) in
+        hostd; ``on_progress`` gets each :class:`BuildEvent`."""
+        body = _core.image_body(name, ref, pool_size, insecure=insecure, registry_secret=registry_secret,
+                                free_mib=free_mib, memory_mib=memory_mib)
+        with self._c._stream("POST", "/v1/templates", json=body, timeout=None) as resp:
+            for line in resp.iter_lines():
+                d = _core.parse_line(line)
+                if d is None:
+                    continue
+                t = _core.build_event(d)
+                if t is not None:
+                    return from_dict(Template, t)
+                if on_progress is not None:
+                    on_progress(from_dict(BuildEvent, d))
+        raise _core.AgentboxError(f"template build {name}: the stream ended without its result")
 
     def delete(self, name: str) -> None:
         """Delete a template and its warm pool (not its snapshot)."""
