@@ -23,12 +23,28 @@ import (
 	"github.com/agentbox/agentbox/internal/waitfor"
 )
 
-// The package's one fleet: three hosts (a cap of 12 sandboxes each), two
-// gateways, a lease of 3 s. Tests that kill a member bring it back.
-var (
-	shared   *fleettest.Fleet
-	sharedMu sync.Mutex
-)
+// TestFleet runs the six end-to-end checks on one fleet: three hosts (a
+// cap of 12 sandboxes each), two gateways, a lease of 3 s. Checks that
+// kill a member bring it back.
+func TestFleet(t *testing.T) {
+	e := setup(t)
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, *env)
+	}{
+		{"CreateOnOneReplicaUseOnTheOther", fleetCreateOnOneReplicaUseOnTheOther},
+		{"ForksStayWithTheirParent", fleetForksStayWithTheirParent},
+		{"HostKilled", fleetHostKilled},
+		{"GatewayKilledMidStream", fleetGatewayKilledMidStream},
+		{"PostgresOutage", fleetPostgresOutage},
+		{"BadInput", fleetBadInput},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			waitfor.Cond(t, "three live hosts", func() bool { return e.live() == 3 })
+			c.fn(t, e)
+		})
+	}
+}
 
 const leaseTTL = 3 * time.Second
 
@@ -40,12 +56,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	sharedMu.Lock()
-	if shared == nil {
-		shared = fleettest.New(t, fleettest.Options{Hosts: 3, Gateways: 2, Fleet: true, LeaseTTL: leaseTTL, MaxSandboxes: 12})
-	}
-	f := shared
-	sharedMu.Unlock()
+	f := fleettest.New(t, fleettest.Options{Hosts: 3, Gateways: 2, Fleet: true, LeaseTTL: leaseTTL, MaxSandboxes: 12})
 	ctx := context.Background()
 	st, err := store.Open(ctx, f.DSN())
 	if err != nil {
@@ -113,8 +124,7 @@ func wantCode(t *testing.T, err error, status int, code string) *client.APIError
 
 // 1. Create through replica A; exec, files, a service URL and a PTY
 // through replica B.
-func TestFleetCreateOnOneReplicaUseOnTheOther(t *testing.T) {
-	e := setup(t)
+func fleetCreateOnOneReplicaUseOnTheOther(t *testing.T, e *env) {
 	ctx := context.Background()
 	sb := e.create(t, e.a)
 	if err := e.b.WriteFile(ctx, sb.ID, "/root/hello.txt", 0o644, strings.NewReader("hello fleet")); err != nil {
@@ -146,7 +156,7 @@ func TestFleetCreateOnOneReplicaUseOnTheOther(t *testing.T) {
 	if body != "served\n" {
 		t.Fatalf("service URL served %q", body)
 	}
-	execID, err := e.b.ExecBackground(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sh"}, Rows: 24, Cols: 80})
+	execID, err := e.b.ExecBackground(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sh"}, Tty: true, Rows: 24, Cols: 80})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +167,7 @@ func TestFleetCreateOnOneReplicaUseOnTheOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pty.Close()
-	if _, err := pty.Write([]byte("echo pty-$((6*7))\nexit\n")); err != nil {
+	if _, err := pty.Write([]byte("echo pty-$((6*7))\rexit\r")); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := io.ReadAll(pty)
@@ -168,8 +178,7 @@ func TestFleetCreateOnOneReplicaUseOnTheOther(t *testing.T) {
 
 // 2. Forks go to their parent's host while it has room; past the per-host
 // cap the fork is refused with the limit named.
-func TestFleetForksStayWithTheirParent(t *testing.T) {
-	e := setup(t)
+func fleetForksStayWithTheirParent(t *testing.T, e *env) {
 	ctx := context.Background()
 	parent := e.create(t, e.a)
 	if _, err := e.a.Exec(ctx, parent.ID, client.ExecRequest{Cmd: []string{"sh", "-c", "echo parent > /root/who"}}); err != nil {
@@ -206,8 +215,7 @@ func TestFleetForksStayWithTheirParent(t *testing.T) {
 // 3. kill -9 a host (hostd and its VMMs): its sandboxes become lost with
 // a reason within two lease periods, the others run on, creates go to the
 // live hosts; it comes back in a new epoch and runs nothing it lost.
-func TestFleetHostKilled(t *testing.T) {
-	e := setup(t)
+func fleetHostKilled(t *testing.T, e *env) {
 	ctx := context.Background()
 	var sbs []client.Sandbox
 	for range 3 {
@@ -267,8 +275,7 @@ func TestFleetHostKilled(t *testing.T) {
 
 // 4. kill -9 a control-plane replica mid exec stream: the client
 // re-attaches by offset through the other one and gets every byte.
-func TestFleetGatewayKilledMidStream(t *testing.T) {
-	e := setup(t)
+func fleetGatewayKilledMidStream(t *testing.T, e *env) {
 	ctx := context.Background()
 	sb := e.create(t, e.b)
 	execID, err := e.b.ExecBackground(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sh", "-c",
@@ -323,8 +330,7 @@ func TestFleetGatewayKilledMidStream(t *testing.T) {
 
 // 5. Stop and start PostgreSQL under load: calls in the outage fail fast
 // and clearly; after it nothing is lost and no VMM was touched.
-func TestFleetPostgresOutage(t *testing.T) {
-	e := setup(t)
+func fleetPostgresOutage(t *testing.T, e *env) {
 	ctx := context.Background()
 	var sbs []client.Sandbox
 	for range 3 {
@@ -387,8 +393,7 @@ func TestFleetPostgresOutage(t *testing.T) {
 // 6. Bad input: a heartbeat of a stale epoch, a host with a wrong token,
 // another project's sandbox through either replica, a placement that fits
 // nowhere.
-func TestFleetBadInput(t *testing.T) {
-	e := setup(t)
+func fleetBadInput(t *testing.T, e *env) {
 	ctx := context.Background()
 	h, err := e.st.GetHost(ctx, e.f.HostName(0))
 	if err != nil {
