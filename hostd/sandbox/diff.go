@@ -272,6 +272,7 @@ func (m *Manager) diffSide(ctx context.Context, id string) (*diffSide, error) {
 		return nil, err
 	}
 	s.DiffSide = DiffSide{Kind: "sandbox", ID: id, State: string(info.State), Source: "guest"}
+	info.SnapshotID = m.snapshotOf(ctx, id)
 	if info.SnapshotID != "" {
 		sn, err := m.opts.Store.GetSnapshot(ctx, info.SnapshotID)
 		if err != nil {
@@ -295,6 +296,16 @@ func (m *Manager) diffSide(ctx context.Context, id string) (*diffSide, error) {
 		return nil, fmt.Errorf("%w: sandbox %s is %s", ErrNotRunning, id, info.State)
 	}
 	return s, nil
+}
+
+// snapshotOf is the snapshot whose layer sandbox id's disk overlays now
+// ("" for none, or no record).
+func (m *Manager) snapshotOf(ctx context.Context, id string) string {
+	v, err := m.opts.Store.GetSandboxVM(ctx, id)
+	if err != nil {
+		return ""
+	}
+	return v.SnapshotID
 }
 
 // agentOf is the agent of running sandbox id.

@@ -68,8 +68,10 @@ func (m *Manager) Lineage(ctx context.Context, id string, visible func(kind, id 
 		byID[sn.ID] = sn
 		kids[sn.ParentID] = append(kids[sn.ParentID], sn)
 	}
+	info.SnapshotID = m.snapshotOf(ctx, id)
 	on := map[string][]Info{}
 	for _, b := range boxes {
+		b.SnapshotID = m.snapshotOf(ctx, b.ID)
 		on[b.SnapshotID] = append(on[b.SnapshotID], b)
 	}
 	root := ""

@@ -163,4 +163,3 @@ func groupRuns(runs []ReplayRun) ReplayResult {
 	}
 	return ReplayResult{Runs: runs, Groups: len(keys), Differ: len(keys) > 1}
 }
-
