@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"math"
@@ -39,6 +40,9 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 		if rb, err = m.sideRecs(ctx, p.b, p.wb, paths); err != nil {
 			return err
 		}
+		if paths, err = m.dropUntouched(ctx, p, paths, ra, rb); err != nil {
+			return err
+		}
 	} else if paths, ra, rb, more, err = walkPage(ctx, req, p); err != nil {
 		return err
 	}
@@ -63,6 +67,35 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 	}
 	return nil
 }
+
+// dropUntouched leaves out the paths that a journal-only side did not
+// touch (so has as the base had them) and the other side did not touch
+// after the base either (a candidate only by the clock slack).
+func (m *Manager) dropUntouched(ctx context.Context, p *diffPlan, paths []string, ra, rb map[string]fileRec) ([]string, error) {
+	if p.a.c != nil && p.b.c != nil {
+		return paths, nil
+	}
+	base := p.since.Add(clockSlack)
+	ta, err := m.touched(ctx, p.wa, paths, base)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := m.touched(ctx, p.wb, paths, base)
+	if err != nil {
+		return nil, err
+	}
+	out := paths[:0]
+	for _, x := range paths {
+		if (unknown(ra[x]) && !tb[x]) || (unknown(rb[x]) && !ta[x]) {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// unknown is a journal record of a path its side did not touch.
+func unknown(r fileRec) bool { return r.Journal && r.Type == "" && !r.Missing }
 
 // sideRecs are side s's records of paths: from its guest, or its journal.
 func (m *Manager) sideRecs(ctx context.Context, s *diffSide, ws []window, paths []string) (map[string]fileRec, error) {
@@ -221,8 +254,8 @@ func statOf(r fileRec) *DiffStat {
 	if r.Missing || r.Path == "" {
 		return nil
 	}
-	if r.Journal && r.Type == "" {
-		return nil
+	if unknown(r) {
+		return &DiffStat{Journal: true} // as the base had it: type and content unknown
 	}
 	sec, frac := math.Modf(r.MTime)
 	st := &DiffStat{Type: kinds[r.Type], Size: r.Size, Mode: r.Mode, UID: r.UID, GID: r.GID, SHA256: r.SHA256, Link: r.Link, Journal: r.Journal}
@@ -241,13 +274,18 @@ func compare(x string, a, b fileRec) (DiffEntry, bool) {
 	case sa == nil && sb == nil:
 		return e, false
 	case sb == nil:
-		e.Status, e.Kind = DiffAdded, sa.Type
+		e.Status, e.Kind = DiffAdded, cmp.Or(sa.Type, "file")
 		return e, true
 	case sa == nil:
-		e.Status, e.Kind = DiffRemoved, sb.Type
+		e.Status, e.Kind = DiffRemoved, cmp.Or(sb.Type, "file")
 		return e, true
 	}
 	e.Status, e.Kind = DiffModified, sa.Type
+	if sa.Type == "" || sb.Type == "" { // one side as the base had it, the other changed since
+		e.Kind = sa.Type + sb.Type
+		e.Changes = []string{"content"}
+		return e, true
+	}
 	if sa.Type != sb.Type {
 		e.Changes = append(e.Changes, "type")
 	} else {

@@ -261,5 +261,35 @@ func (m *Manager) journalRecs(ctx context.Context, ws []window, paths []string) 
 		}
 		out[d.Path] = r
 	})
+	for _, p := range paths {
+		if _, ok := out[p]; !ok {
+			out[p] = fileRec{Path: p, Journal: true} // untouched since the base: as it was there
+		}
+	}
+	return out, err
+}
+
+// touched are the paths of paths that a file event of the windows names
+// strictly after since (without the windows' clock slack).
+func (m *Manager) touched(ctx context.Context, ws []window, paths []string, since time.Time) (map[string]bool, error) {
+	want := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		want[p] = true
+	}
+	strict := make([]window, len(ws))
+	for i, w := range ws {
+		strict[i] = w
+		if w.Since.Before(since) {
+			strict[i].Since = since
+		}
+	}
+	out := map[string]bool{}
+	err := m.fileEvents(ctx, strict, func(d recorder.FileData) {
+		for _, p := range []string{d.Path, d.OldPath} {
+			if want[p] {
+				out[p] = true
+			}
+		}
+	})
 	return out, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,6 +118,8 @@ func statLine(e client.DiffEntry) string {
 		what = append(what, fmt.Sprintf("Bin %d -> %d bytes", size(e.Old), size(e.New)))
 	case e.PatchOmitted == client.DiffEntryPatchOmittedTooLarge:
 		what = append(what, fmt.Sprintf("%d -> %d bytes (over the patch cap)", size(e.Old), size(e.New)))
+	case slices.Contains(e.Changes, client.DiffEntryChangesContent) || e.Status == client.DiffEntryStatusAdded || e.Status == client.DiffEntryStatusRemoved:
+		what = append(what, fmt.Sprintf("%d -> %d bytes", size(e.Old), size(e.New)))
 	}
 	for _, c := range e.Changes {
 		switch c {
