@@ -152,8 +152,7 @@ type diffSide struct {
 	// chain is the side's snapshots, nearest first; a snapshot side's
 	// chain starts with itself.
 	chain []store.Snapshot
-	// since is when the side's current segment started writing (a
-	// sandbox: its own snapshot's time).
+	// close ends what the side made (a snapshot's transient sandbox).
 	close func()
 }
 

@@ -229,7 +229,7 @@ func expandRemoved(ctx context.Context, req DiffRequest, p *diffPlan, entries []
 	return dedupEntries(out), nil
 }
 
-// probe ignoring more.
+// probeAll is probe for a caller that reads to the end (more unused).
 func probeAll(ctx context.Context, c *agentclient.Client, q probeRequest, emit func(fileRec) error) error {
 	_, err := probe(ctx, c, q, emit)
 	return err
