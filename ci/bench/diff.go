@@ -51,6 +51,7 @@ func benchDiff(ctx context.Context, c *client.Client, t *table, many int) error 
 		stats = append(stats, time.Since(start))
 	}
 	pd, ps := pct(diffs, 0.5), pct(stats, 0.5)
+	fmt.Fprintf(os.Stderr, "bench: diff after 10 files %s, 10 stats %s\n", ms(pd), ms(ps))
 	t.add("diff of a fork after 10 changed files (journal) ÷ a stat of each of the 10 over the API, p50 of 3",
 		fmt.Sprintf("%.2f×", float64(pd)/float64(ps)), ms(pd)+" vs "+ms(ps))
 	if many <= 0 {
@@ -60,6 +61,7 @@ func benchDiff(ctx context.Context, c *client.Client, t *table, many int) error 
 	if r, err := c.Exec(ctx, f, client.ExecRequest{Cmd: []string{"python3", "-c", script}, TimeoutS: 3600}); err != nil || r.ExitCode != 0 {
 		return fmt.Errorf("make %d files: %v %s", many, err, r.Stderr)
 	}
+	fmt.Fprintf(os.Stderr, "bench: %d files made\n", many)
 	resetPeak()
 	before := peakRSS()
 	start := time.Now()
