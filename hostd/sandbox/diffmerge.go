@@ -34,10 +34,10 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 		if more = len(paths) > req.Limit; more {
 			paths = paths[:req.Limit]
 		}
-		if ra, err = m.sideRecs(ctx, p.a, p.wa, paths); err != nil {
-			return err
-		}
-		if rb, err = m.sideRecs(ctx, p.b, p.wb, paths); err != nil {
+		g, gctx := errgroup.WithContext(ctx) // both guests' probes at once
+		g.Go(func() (err error) { ra, err = m.sideRecs(gctx, p.a, p.wa, paths); return err })
+		g.Go(func() (err error) { rb, err = m.sideRecs(gctx, p.b, p.wb, paths); return err })
+		if err = g.Wait(); err != nil {
 			return err
 		}
 		if paths, err = m.dropUntouched(ctx, p, paths, ra, rb); err != nil {
