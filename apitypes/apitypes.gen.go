@@ -119,6 +119,186 @@ func (e CreateSandboxRequestOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for DiffMethod.
+const (
+	DiffMethodFull    DiffMethod = "full"
+	DiffMethodJournal DiffMethod = "journal"
+	DiffMethodWalk    DiffMethod = "walk"
+)
+
+// Valid indicates whether the value is a known member of the DiffMethod enum.
+func (e DiffMethod) Valid() bool {
+	switch e {
+	case DiffMethodFull:
+		return true
+	case DiffMethodJournal:
+		return true
+	case DiffMethodWalk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffEntryChanges.
+const (
+	DiffEntryChangesContent DiffEntryChanges = "content"
+	DiffEntryChangesMode    DiffEntryChanges = "mode"
+	DiffEntryChangesOwner   DiffEntryChanges = "owner"
+	DiffEntryChangesTarget  DiffEntryChanges = "target"
+	DiffEntryChangesType    DiffEntryChanges = "type"
+)
+
+// Valid indicates whether the value is a known member of the DiffEntryChanges enum.
+func (e DiffEntryChanges) Valid() bool {
+	switch e {
+	case DiffEntryChangesContent:
+		return true
+	case DiffEntryChangesMode:
+		return true
+	case DiffEntryChangesOwner:
+		return true
+	case DiffEntryChangesTarget:
+		return true
+	case DiffEntryChangesType:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffEntryKind.
+const (
+	DiffEntryKindDir     DiffEntryKind = "dir"
+	DiffEntryKindFile    DiffEntryKind = "file"
+	DiffEntryKindOther   DiffEntryKind = "other"
+	DiffEntryKindSymlink DiffEntryKind = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the DiffEntryKind enum.
+func (e DiffEntryKind) Valid() bool {
+	switch e {
+	case DiffEntryKindDir:
+		return true
+	case DiffEntryKindFile:
+		return true
+	case DiffEntryKindOther:
+		return true
+	case DiffEntryKindSymlink:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffEntryPatchOmitted.
+const (
+	DiffEntryPatchOmittedBinary    DiffEntryPatchOmitted = "binary"
+	DiffEntryPatchOmittedNoContent DiffEntryPatchOmitted = "no_content"
+	DiffEntryPatchOmittedNotAsked  DiffEntryPatchOmitted = "not_asked"
+	DiffEntryPatchOmittedTooLarge  DiffEntryPatchOmitted = "too_large"
+)
+
+// Valid indicates whether the value is a known member of the DiffEntryPatchOmitted enum.
+func (e DiffEntryPatchOmitted) Valid() bool {
+	switch e {
+	case DiffEntryPatchOmittedBinary:
+		return true
+	case DiffEntryPatchOmittedNoContent:
+		return true
+	case DiffEntryPatchOmittedNotAsked:
+		return true
+	case DiffEntryPatchOmittedTooLarge:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffEntryStatus.
+const (
+	DiffEntryStatusAdded    DiffEntryStatus = "added"
+	DiffEntryStatusModified DiffEntryStatus = "modified"
+	DiffEntryStatusRemoved  DiffEntryStatus = "removed"
+	DiffEntryStatusRenamed  DiffEntryStatus = "renamed"
+)
+
+// Valid indicates whether the value is a known member of the DiffEntryStatus enum.
+func (e DiffEntryStatus) Valid() bool {
+	switch e {
+	case DiffEntryStatusAdded:
+		return true
+	case DiffEntryStatusModified:
+		return true
+	case DiffEntryStatusRemoved:
+		return true
+	case DiffEntryStatusRenamed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffSideKind.
+const (
+	DiffSideKindSandbox  DiffSideKind = "sandbox"
+	DiffSideKindSnapshot DiffSideKind = "snapshot"
+)
+
+// Valid indicates whether the value is a known member of the DiffSideKind enum.
+func (e DiffSideKind) Valid() bool {
+	switch e {
+	case DiffSideKindSandbox:
+		return true
+	case DiffSideKindSnapshot:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffSideSource.
+const (
+	DiffSideSourceGuest   DiffSideSource = "guest"
+	DiffSideSourceJournal DiffSideSource = "journal"
+)
+
+// Valid indicates whether the value is a known member of the DiffSideSource enum.
+func (e DiffSideSource) Valid() bool {
+	switch e {
+	case DiffSideSourceGuest:
+		return true
+	case DiffSideSourceJournal:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffStatType.
+const (
+	DiffStatTypeDir     DiffStatType = "dir"
+	DiffStatTypeFile    DiffStatType = "file"
+	DiffStatTypeOther   DiffStatType = "other"
+	DiffStatTypeSymlink DiffStatType = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the DiffStatType enum.
+func (e DiffStatType) Valid() bool {
+	switch e {
+	case DiffStatTypeDir:
+		return true
+	case DiffStatTypeFile:
+		return true
+	case DiffStatTypeOther:
+		return true
+	case DiffStatTypeSymlink:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecAuditPhase.
 const (
 	ExecAuditPhaseEnd   ExecAuditPhase = "end"
@@ -260,6 +440,24 @@ func (e LifecycleAuditAction) Valid() bool {
 	}
 }
 
+// Defines values for LineageNodeKind.
+const (
+	LineageNodeKindSandbox  LineageNodeKind = "sandbox"
+	LineageNodeKindSnapshot LineageNodeKind = "snapshot"
+)
+
+// Valid indicates whether the value is a known member of the LineageNodeKind enum.
+func (e LineageNodeKind) Valid() bool {
+	switch e {
+	case LineageNodeKindSandbox:
+		return true
+	case LineageNodeKindSnapshot:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MountType.
 const (
 	MountTypeGit  MountType = "git"
@@ -362,6 +560,27 @@ func (e PackageAuditManager) Valid() bool {
 	case PackageAuditManagerNpm:
 		return true
 	case PackageAuditManagerPip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayEventType.
+const (
+	ReplayEventTypeFinished ReplayEventType = "finished"
+	ReplayEventTypeResult   ReplayEventType = "result"
+	ReplayEventTypeStarted  ReplayEventType = "started"
+)
+
+// Valid indicates whether the value is a known member of the ReplayEventType enum.
+func (e ReplayEventType) Valid() bool {
+	switch e {
+	case ReplayEventTypeFinished:
+		return true
+	case ReplayEventTypeResult:
+		return true
+	case ReplayEventTypeStarted:
 		return true
 	default:
 		return false
@@ -488,6 +707,54 @@ func (e WatchEventType) Valid() bool {
 	}
 }
 
+// Defines values for QueryDiffMethod.
+const (
+	QueryDiffMethodAuto    QueryDiffMethod = "auto"
+	QueryDiffMethodFull    QueryDiffMethod = "full"
+	QueryDiffMethodJournal QueryDiffMethod = "journal"
+	QueryDiffMethodWalk    QueryDiffMethod = "walk"
+)
+
+// Valid indicates whether the value is a known member of the QueryDiffMethod enum.
+func (e QueryDiffMethod) Valid() bool {
+	switch e {
+	case QueryDiffMethodAuto:
+		return true
+	case QueryDiffMethodFull:
+		return true
+	case QueryDiffMethodJournal:
+		return true
+	case QueryDiffMethodWalk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffSandboxParamsMethod.
+const (
+	DiffSandboxParamsMethodAuto    DiffSandboxParamsMethod = "auto"
+	DiffSandboxParamsMethodFull    DiffSandboxParamsMethod = "full"
+	DiffSandboxParamsMethodJournal DiffSandboxParamsMethod = "journal"
+	DiffSandboxParamsMethodWalk    DiffSandboxParamsMethod = "walk"
+)
+
+// Valid indicates whether the value is a known member of the DiffSandboxParamsMethod enum.
+func (e DiffSandboxParamsMethod) Valid() bool {
+	switch e {
+	case DiffSandboxParamsMethodAuto:
+		return true
+	case DiffSandboxParamsMethodFull:
+		return true
+	case DiffSandboxParamsMethodJournal:
+		return true
+	case DiffSandboxParamsMethodWalk:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSandboxEventsParamsFormat.
 const (
 	ListSandboxEventsParamsFormatJSON  ListSandboxEventsParamsFormat = "json"
@@ -500,6 +767,30 @@ func (e ListSandboxEventsParamsFormat) Valid() bool {
 	case ListSandboxEventsParamsFormatJSON:
 		return true
 	case ListSandboxEventsParamsFormatJsonl:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiffSnapshotParamsMethod.
+const (
+	DiffSnapshotParamsMethodAuto    DiffSnapshotParamsMethod = "auto"
+	DiffSnapshotParamsMethodFull    DiffSnapshotParamsMethod = "full"
+	DiffSnapshotParamsMethodJournal DiffSnapshotParamsMethod = "journal"
+	DiffSnapshotParamsMethodWalk    DiffSnapshotParamsMethod = "walk"
+)
+
+// Valid indicates whether the value is a known member of the DiffSnapshotParamsMethod enum.
+func (e DiffSnapshotParamsMethod) Valid() bool {
+	switch e {
+	case DiffSnapshotParamsMethodAuto:
+		return true
+	case DiffSnapshotParamsMethodFull:
+		return true
+	case DiffSnapshotParamsMethodJournal:
+		return true
+	case DiffSnapshotParamsMethodWalk:
 		return true
 	default:
 		return false
@@ -743,6 +1034,108 @@ type CreatedKey struct {
 	// Secret The key itself; shown in this answer only.
 	Secret string `json:"secret"`
 }
+
+// Diff defines model for Diff.
+type Diff struct {
+	// BaseSnapshot The newest snapshot both sides descend from (absent for none).
+	BaseSnapshot string      `json:"base_snapshot,omitempty"`
+	Entries      []DiffEntry `json:"entries"`
+	Events       *DiffEvents `json:"events,omitempty"`
+	Excludes     []string    `json:"excludes"`
+	Method       DiffMethod  `json:"method"`
+	New          DiffSide    `json:"new"`
+
+	// NextCursor Pass as cursor for the next page; absent at the end.
+	NextCursor string   `json:"next_cursor,omitempty"`
+	Old        DiffSide `json:"old"`
+	Path       string   `json:"path"`
+
+	// Reason Why this method, in words.
+	Reason string `json:"reason"`
+}
+
+// DiffMethod defines model for Diff.Method.
+type DiffMethod string
+
+// DiffEntry defines model for DiffEntry.
+type DiffEntry struct {
+	Additions int                `json:"additions,omitempty"`
+	Binary    bool               `json:"binary,omitempty"`
+	Changes   []DiffEntryChanges `json:"changes,omitempty"`
+	Deletions int                `json:"deletions,omitempty"`
+	Kind      DiffEntryKind      `json:"kind"`
+	New       *DiffStat          `json:"new,omitempty"`
+	Old       *DiffStat          `json:"old,omitempty"`
+
+	// OldPath Where a renamed entry was on the against side.
+	OldPath      string                `json:"old_path,omitempty"`
+	Patch        string                `json:"patch,omitempty"`
+	PatchOmitted DiffEntryPatchOmitted `json:"patch_omitted,omitempty"`
+
+	// Path The path as text (invalid UTF-8 bytes as U+FFFD; see path_b64).
+	Path string `json:"path"`
+
+	// PathB64 The path's exact bytes, present only when they are not valid UTF-8.
+	PathB64 []byte          `json:"path_b64,omitempty"`
+	Status  DiffEntryStatus `json:"status"`
+}
+
+// DiffEntryChanges defines model for DiffEntry.Changes.
+type DiffEntryChanges string
+
+// DiffEntryKind defines model for DiffEntry.Kind.
+type DiffEntryKind string
+
+// DiffEntryPatchOmitted defines model for DiffEntry.PatchOmitted.
+type DiffEntryPatchOmitted string
+
+// DiffEntryStatus defines model for DiffEntry.Status.
+type DiffEntryStatus string
+
+// DiffEvents defines model for DiffEvents.
+type DiffEvents struct {
+	// Common What both sides did first, in the same order (shown once).
+	Common    []AuditEvent `json:"common"`
+	New       []AuditEvent `json:"new"`
+	Old       []AuditEvent `json:"old"`
+	Truncated bool         `json:"truncated,omitempty"`
+}
+
+// DiffSide defines model for DiffSide.
+type DiffSide struct {
+	ID   string       `json:"id"`
+	Kind DiffSideKind `json:"kind"`
+
+	// Source guest (read from its guest, or a transient restore of a snapshot) or journal (a paused sandbox, from its flight recorder).
+	Source DiffSideSource `json:"source"`
+	State  string         `json:"state"`
+}
+
+// DiffSideKind defines model for DiffSide.Kind.
+type DiffSideKind string
+
+// DiffSideSource guest (read from its guest, or a transient restore of a snapshot) or journal (a paused sandbox, from its flight recorder).
+type DiffSideSource string
+
+// DiffStat defines model for DiffStat.
+type DiffStat struct {
+	GID int `json:"gid"`
+
+	// Journal Known only from the flight recorder (no mode or owner).
+	Journal    bool   `json:"journal,omitempty"`
+	LinkTarget string `json:"link_target,omitempty"`
+
+	// Mode Permission bits, with setuid, setgid and sticky (0644 is 420).
+	Mode   int          `json:"mode"`
+	Mtime  *time.Time   `json:"mtime,omitempty"`
+	Sha256 string       `json:"sha256,omitempty"`
+	Size   int64        `json:"size"`
+	Type   DiffStatType `json:"type"`
+	UID    int          `json:"uid"`
+}
+
+// DiffStatType defines model for DiffStat.Type.
+type DiffStatType string
 
 // Error defines model for Error.
 type Error struct {
@@ -1082,6 +1475,40 @@ type Limits struct {
 	OnTimeout     string  `json:"on_timeout"`
 }
 
+// Lineage defines model for Lineage.
+type Lineage struct {
+	Root      LineageNode `json:"root"`
+	SandboxID string      `json:"sandbox_id"`
+}
+
+// LineageCommand defines model for LineageCommand.
+type LineageCommand struct {
+	Argv     []string   `json:"argv"`
+	EndedAt  *time.Time `json:"ended_at,omitempty"`
+	ExecID   string     `json:"exec_id,omitempty"`
+	ExitCode *int       `json:"exit_code,omitempty"`
+	Signal   string     `json:"signal,omitempty"`
+}
+
+// LineageNode defines model for LineageNode.
+type LineageNode struct {
+	Children    []LineageNode   `json:"children"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ID          string          `json:"id"`
+	Kind        LineageNodeKind `json:"kind"`
+	LastCommand *LineageCommand `json:"last_command,omitempty"`
+
+	// SandboxID The sandbox a snapshot was taken from.
+	SandboxID    string `json:"sandbox_id,omitempty"`
+	SnapshotKind string `json:"snapshot_kind,omitempty"`
+
+	// State A sandbox's state, or "snapshot".
+	State string `json:"state"`
+}
+
+// LineageNodeKind defines model for LineageNode.Kind.
+type LineageNodeKind string
+
 // Mount defines model for Mount.
 type Mount struct {
 	// AllowSymlinks A host mount only: let the guest make symlinks, relative ones
@@ -1314,6 +1741,53 @@ type RecorderAudit struct {
 
 	// WatchError Why the guest captures no file events, or that its kernel queue overflowed and some were lost.
 	WatchError *string `json:"watch_error,omitempty"`
+}
+
+// ReplayEvent defines model for ReplayEvent.
+type ReplayEvent struct {
+	Result *ReplayResult   `json:"result,omitempty"`
+	Run    *ReplayRun      `json:"run,omitempty"`
+	Type   ReplayEventType `json:"type"`
+}
+
+// ReplayEventType defines model for ReplayEvent.Type.
+type ReplayEventType string
+
+// ReplayRequest defines model for ReplayRequest.
+type ReplayRequest struct {
+	Cmd []string           `json:"cmd"`
+	Cwd string             `json:"cwd,omitempty"`
+	Env *map[string]string `json:"env,omitempty"`
+
+	// Keep Leave the sandboxes running (their ids are in the runs).
+	Keep     bool `json:"keep,omitempty"`
+	N        int  `json:"n"`
+	TimeoutS int  `json:"timeout_s,omitempty"`
+}
+
+// ReplayResult defines model for ReplayResult.
+type ReplayResult struct {
+	Differ bool        `json:"differ"`
+	Groups int         `json:"groups"`
+	Runs   []ReplayRun `json:"runs"`
+}
+
+// ReplayRun defines model for ReplayRun.
+type ReplayRun struct {
+	DurationMs int64 `json:"duration_ms"`
+
+	// Error Why the run could not restore or run.
+	Error    string `json:"error,omitempty"`
+	ExitCode int    `json:"exit_code"`
+
+	// Group The outcome's group (0 is the first run's).
+	Group     int    `json:"group"`
+	Index     int    `json:"index"`
+	SandboxID string `json:"sandbox_id"`
+	Signal    string `json:"signal,omitempty"`
+	Stderr    string `json:"stderr"`
+	Stdout    string `json:"stdout"`
+	Truncated bool   `json:"truncated,omitempty"`
 }
 
 // Sandbox defines model for Sandbox.
@@ -1587,6 +2061,33 @@ type Port = int
 // ProjectFilter defines model for ProjectFilter.
 type ProjectFilter = string
 
+// QueryDiffAgainst defines model for QueryDiffAgainst.
+type QueryDiffAgainst = string
+
+// QueryDiffCursor defines model for QueryDiffCursor.
+type QueryDiffCursor = string
+
+// QueryDiffExclude defines model for QueryDiffExclude.
+type QueryDiffExclude = []string
+
+// QueryDiffLimit defines model for QueryDiffLimit.
+type QueryDiffLimit = int
+
+// QueryDiffMaxPatch defines model for QueryDiffMaxPatch.
+type QueryDiffMaxPatch = int64
+
+// QueryDiffMethod defines model for QueryDiffMethod.
+type QueryDiffMethod string
+
+// QueryDiffPatch defines model for QueryDiffPatch.
+type QueryDiffPatch = bool
+
+// QueryDiffPath defines model for QueryDiffPath.
+type QueryDiffPath = string
+
+// QueryDiffWithEvents defines model for QueryDiffWithEvents.
+type QueryDiffWithEvents = bool
+
 // SandboxID defines model for SandboxID.
 type SandboxID = string
 
@@ -1605,6 +2106,35 @@ type ListSandboxesParams struct {
 	// project is refused (403).
 	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
 }
+
+// DiffSandboxParams defines parameters for DiffSandbox.
+type DiffSandboxParams struct {
+	// Against Required: the other side (the old one), a sandbox id (sb-…) or a snapshot id (sn-…).
+	Against *QueryDiffAgainst `form:"against,omitempty" json:"against,omitempty"`
+
+	// Path Only entries under this absolute path (default /).
+	Path *QueryDiffPath `form:"path,omitempty" json:"path,omitempty"`
+
+	// Exclude Paths left out (comma separated); default /proc,/sys,/dev,/run,/tmp; an empty value leaves out nothing.
+	Exclude *QueryDiffExclude        `form:"exclude,omitempty" json:"exclude,omitempty"`
+	Method  *DiffSandboxParamsMethod `form:"method,omitempty" json:"method,omitempty"`
+
+	// Patch Add unified diffs of text files.
+	Patch *QueryDiffPatch `form:"patch,omitempty" json:"patch,omitempty"`
+
+	// MaxPatchBytes Files larger than this get no patch (patch_omitted too_large); default 262144.
+	MaxPatchBytes *QueryDiffMaxPatch `form:"max_patch_bytes,omitempty" json:"max_patch_bytes,omitempty"`
+	Cursor        *QueryDiffCursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit Entries per page (default 1000).
+	Limit *QueryDiffLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Events Add the two flight-recorder logs since the common snapshot, side by side.
+	Events *QueryDiffWithEvents `form:"events,omitempty" json:"events,omitempty"`
+}
+
+// DiffSandboxParamsMethod defines parameters for DiffSandbox.
+type DiffSandboxParamsMethod string
 
 // ListSandboxEventsParams defines parameters for ListSandboxEvents.
 type ListSandboxEventsParams struct {
@@ -1749,6 +2279,40 @@ type ListSnapshotsParams struct {
 	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
 }
 
+// DiffSnapshotParams defines parameters for DiffSnapshot.
+type DiffSnapshotParams struct {
+	// Against Required: the other side (the old one), a sandbox id (sb-…) or a snapshot id (sn-…).
+	Against *QueryDiffAgainst `form:"against,omitempty" json:"against,omitempty"`
+
+	// Path Only entries under this absolute path (default /).
+	Path *QueryDiffPath `form:"path,omitempty" json:"path,omitempty"`
+
+	// Exclude Paths left out (comma separated); default /proc,/sys,/dev,/run,/tmp; an empty value leaves out nothing.
+	Exclude *QueryDiffExclude         `form:"exclude,omitempty" json:"exclude,omitempty"`
+	Method  *DiffSnapshotParamsMethod `form:"method,omitempty" json:"method,omitempty"`
+
+	// Patch Add unified diffs of text files.
+	Patch *QueryDiffPatch `form:"patch,omitempty" json:"patch,omitempty"`
+
+	// MaxPatchBytes Files larger than this get no patch (patch_omitted too_large); default 262144.
+	MaxPatchBytes *QueryDiffMaxPatch `form:"max_patch_bytes,omitempty" json:"max_patch_bytes,omitempty"`
+	Cursor        *QueryDiffCursor   `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit Entries per page (default 1000).
+	Limit *QueryDiffLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Events Add the two flight-recorder logs since the common snapshot, side by side.
+	Events *QueryDiffWithEvents `form:"events,omitempty" json:"events,omitempty"`
+}
+
+// DiffSnapshotParamsMethod defines parameters for DiffSnapshot.
+type DiffSnapshotParamsMethod string
+
+// ReplaySnapshotParams defines parameters for ReplaySnapshot.
+type ReplaySnapshotParams struct {
+	Stream *bool `form:"stream,omitempty" json:"stream,omitempty"`
+}
+
 // ListTemplatesParams defines parameters for ListTemplates.
 type ListTemplatesParams struct {
 	// Project Admins only: list this project's resources instead of their own,
@@ -1795,6 +2359,9 @@ type ExtendTimeoutJSONRequestBody = TimeoutRequest
 
 // CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
 type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// ReplaySnapshotJSONRequestBody defines body for ReplaySnapshot for application/json ContentType.
+type ReplaySnapshotJSONRequestBody = ReplayRequest
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = CreateTemplateRequest

@@ -205,6 +205,27 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DiffSandbox What this sandbox has that another sandbox or a snapshot has not.
+	//
+	// Lists, under `path`, the entries added, removed, modified (size,
+	// mode, owner, digest) and renamed (same content, within a page) since
+	// the two sides' common snapshot, with a unified diff of text files
+	// up to `max_patch_bytes` when `patch=true`. `method` says how the
+	// candidates were found: `journal` (the flight recorder's file events
+	// of each side since the common snapshot: does not scale with the
+	// tree, but a chmod or chown alone writes no event), `walk` (both
+	// guests' trees, entries whose ctime or mtime is after the common
+	// snapshot, compared by digest) or `full` (every entry: the sides
+	// share no snapshot, e.g. different templates; `method=journal|walk`
+	// is then refused with 409 `no_common_snapshot`). A paused sandbox
+	// is not resumed: it is compared through its journal (sizes and
+	// digests, no mode, owner or patch; its side's `source` is
+	// `journal`). A snapshot is read through a transient sandbox restored
+	// from it, deleted after. Paged: pass `next_cursor` back as `cursor`.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/diff (the `DiffSandbox` operationId).
+	DiffSandbox(ctx context.Context, id SandboxID, params *DiffSandboxParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListSandboxEvents The sandbox's flight recorder, oldest first.
 	//
 	// One ordered log per sandbox: what ran (exec), which files were
@@ -510,6 +531,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
 	ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetSandboxLineage The tree of snapshots and forks this sandbox belongs to.
+	//
+	// Rooted at the oldest snapshot of the sandbox's chain that was taken
+	// (a snapshot or a fork's; not a host's base snapshot or a template
+	// build step), or at the sandbox when there is none. A snapshot's
+	// children are the snapshots over it and the sandboxes running on it;
+	// each node has its state, time and the last command that ended (for a
+	// snapshot: before it was taken) with its exit code.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
+	GetSandboxLineage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetSandboxNetwork The sandbox's egress policy.
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
@@ -710,6 +743,43 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
 	GetSnapshot(ctx context.Context, snapshotID string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DiffSnapshot What this snapshot has that another snapshot or a sandbox has not.
+	//
+	// As `GET /v1/sandboxes/{id}/diff`, with this snapshot as the new side.
+	//
+	// Corresponds with GET /v1/snapshots/{snapshot_id}/diff (the `DiffSnapshot` operationId).
+	DiffSnapshot(ctx context.Context, snapshotID string, params *DiffSnapshotParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReplaySnapshotWithBody Restore a snapshot N times, run one command in each, and say which outcomes differ.
+	//
+	// Each run is a sandbox restored from the snapshot (two at a time),
+	// deleted after its run unless `keep`. With `?stream=true` (or
+	// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+	// `started` and a `finished` line per run as they happen, then one
+	// `result` line; else the result alone. Runs are grouped by outcome
+	// (exit code, stdout, stderr): `differ` is true when there is more
+	// than one group. Each stream is kept up to 1 MiB.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+	ReplaySnapshotWithBody(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReplaySnapshot Restore a snapshot N times, run one command in each, and say which outcomes differ.
+	//
+	// Each run is a sandbox restored from the snapshot (two at a time),
+	// deleted after its run unless `keep`. With `?stream=true` (or
+	// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+	// `started` and a `finished` line per run as they happen, then one
+	// `result` line; else the result alone. Runs are grouped by outcome
+	// (exit code, stdout, stderr): `differ` is true when there is more
+	// than one group. Each stream is kept up to 1 MiB.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+	ReplaySnapshot(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, body ReplaySnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTemplates List templates.
 	//
@@ -1007,6 +1077,37 @@ func (c *Raw) DeleteSandbox(ctx context.Context, id SandboxID, reqEditors ...Req
 // Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 func (c *Raw) GetSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSandboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DiffSandbox What this sandbox has that another sandbox or a snapshot has not.
+//
+// Lists, under `path`, the entries added, removed, modified (size,
+// mode, owner, digest) and renamed (same content, within a page) since
+// the two sides' common snapshot, with a unified diff of text files
+// up to `max_patch_bytes` when `patch=true`. `method` says how the
+// candidates were found: `journal` (the flight recorder's file events
+// of each side since the common snapshot: does not scale with the
+// tree, but a chmod or chown alone writes no event), `walk` (both
+// guests' trees, entries whose ctime or mtime is after the common
+// snapshot, compared by digest) or `full` (every entry: the sides
+// share no snapshot, e.g. different templates; `method=journal|walk`
+// is then refused with 409 `no_common_snapshot`). A paused sandbox
+// is not resumed: it is compared through its journal (sizes and
+// digests, no mode, owner or patch; its side's `source` is
+// `journal`). A snapshot is read through a transient sandbox restored
+// from it, deleted after. Paged: pass `next_cursor` back as `cursor`.
+//
+// Corresponds with GET /v1/sandboxes/{id}/diff (the `DiffSandbox` operationId).
+func (c *Raw) DiffSandbox(ctx context.Context, id SandboxID, params *DiffSandboxParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDiffSandboxRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1532,6 +1633,28 @@ func (c *Raw) ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSO
 	return c.Client.Do(req)
 }
 
+// GetSandboxLineage The tree of snapshots and forks this sandbox belongs to.
+//
+// Rooted at the oldest snapshot of the sandbox's chain that was taken
+// (a snapshot or a fork's; not a host's base snapshot or a template
+// build step), or at the sandbox when there is none. A snapshot's
+// children are the snapshots over it and the sandboxes running on it;
+// each node has its state, time and the last command that ended (for a
+// snapshot: before it was taken) with its exit code.
+//
+// Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
+func (c *Raw) GetSandboxLineage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSandboxLineageRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetSandboxNetwork The sandbox's egress policy.
 //
 // Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
@@ -1943,6 +2066,73 @@ func (c *Raw) DeleteSnapshot(ctx context.Context, snapshotID string, reqEditors 
 // Corresponds with GET /v1/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
 func (c *Raw) GetSnapshot(ctx context.Context, snapshotID string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSnapshotRequest(c.Server, snapshotID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DiffSnapshot What this snapshot has that another snapshot or a sandbox has not.
+//
+// As `GET /v1/sandboxes/{id}/diff`, with this snapshot as the new side.
+//
+// Corresponds with GET /v1/snapshots/{snapshot_id}/diff (the `DiffSnapshot` operationId).
+func (c *Raw) DiffSnapshot(ctx context.Context, snapshotID string, params *DiffSnapshotParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDiffSnapshotRequest(c.Server, snapshotID, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReplaySnapshotWithBody Restore a snapshot N times, run one command in each, and say which outcomes differ.
+//
+// Each run is a sandbox restored from the snapshot (two at a time),
+// deleted after its run unless `keep`. With `?stream=true` (or
+// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+// `started` and a `finished` line per run as they happen, then one
+// `result` line; else the result alone. Runs are grouped by outcome
+// (exit code, stdout, stderr): `differ` is true when there is more
+// than one group. Each stream is kept up to 1 MiB.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+func (c *Raw) ReplaySnapshotWithBody(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReplaySnapshotRequestWithBody(c.Server, snapshotID, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReplaySnapshot Restore a snapshot N times, run one command in each, and say which outcomes differ.
+//
+// Each run is a sandbox restored from the snapshot (two at a time),
+// deleted after its run unless `keep`. With `?stream=true` (or
+// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+// `started` and a `finished` line per run as they happen, then one
+// `result` line; else the result alone. Runs are grouped by outcome
+// (exit code, stdout, stderr): `differ` is true when there is more
+// than one group. Each stream is kept up to 1 MiB.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+func (c *Raw) ReplaySnapshot(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, body ReplaySnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReplaySnapshotRequest(c.Server, snapshotID, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2491,6 +2681,163 @@ func NewGetSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDiffSandboxRequest constructs an http.Request for the DiffSandbox method
+func NewDiffSandboxRequest(server string, id SandboxID, params *DiffSandboxParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/diff", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Against != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "against", *params.Against, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Path != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", *params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Exclude != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "exclude", *params.Exclude, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Method != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "method", *params.Method, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Patch != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "patch", *params.Patch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.MaxPatchBytes != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_patch_bytes", *params.MaxPatchBytes, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Events != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "events", *params.Events, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3592,6 +3939,40 @@ func NewForkSandboxRequestWithBody(server string, id SandboxID, contentType stri
 	return req, nil
 }
 
+// NewGetSandboxLineageRequest constructs an http.Request for the GetSandboxLineage method
+func NewGetSandboxLineageRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/lineage", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetSandboxNetworkRequest constructs an http.Request for the GetSandboxNetwork method
 func NewGetSandboxNetworkRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -4268,6 +4649,237 @@ func NewGetSnapshotRequest(server string, snapshotID string) (*http.Request, err
 	return req, nil
 }
 
+// NewDiffSnapshotRequest constructs an http.Request for the DiffSnapshot method
+func NewDiffSnapshotRequest(server string, snapshotID string, params *DiffSnapshotParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "snapshot_id", snapshotID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/snapshots/%s/diff", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Against != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "against", *params.Against, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Path != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", *params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Exclude != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "exclude", *params.Exclude, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Method != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "method", *params.Method, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Patch != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "patch", *params.Patch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.MaxPatchBytes != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "max_patch_bytes", *params.MaxPatchBytes, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Events != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "events", *params.Events, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReplaySnapshotRequest calls the generic ReplaySnapshot builder with application/json body
+func NewReplaySnapshotRequest(server string, snapshotID string, params *ReplaySnapshotParams, body ReplaySnapshotJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReplaySnapshotRequestWithBody(server, snapshotID, params, "application/json", bodyReader)
+}
+
+// NewReplaySnapshotRequestWithBody constructs an http.Request for the ReplaySnapshot method, with any body, and a specified content type
+func NewReplaySnapshotRequestWithBody(server string, snapshotID string, params *ReplaySnapshotParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "snapshot_id", snapshotID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/snapshots/%s/replay", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Stream != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stream", *params.Stream, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListTemplatesRequest constructs an http.Request for the ListTemplates method
 func NewListTemplatesRequest(server string, params *ListTemplatesParams) (*http.Request, error) {
 	var err error
@@ -4606,6 +5218,29 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxResponse, error)
 
+	// DiffSandboxWithResponse What this sandbox has that another sandbox or a snapshot has not.
+	//
+	// Lists, under `path`, the entries added, removed, modified (size,
+	// mode, owner, digest) and renamed (same content, within a page) since
+	// the two sides' common snapshot, with a unified diff of text files
+	// up to `max_patch_bytes` when `patch=true`. `method` says how the
+	// candidates were found: `journal` (the flight recorder's file events
+	// of each side since the common snapshot: does not scale with the
+	// tree, but a chmod or chown alone writes no event), `walk` (both
+	// guests' trees, entries whose ctime or mtime is after the common
+	// snapshot, compared by digest) or `full` (every entry: the sides
+	// share no snapshot, e.g. different templates; `method=journal|walk`
+	// is then refused with 409 `no_common_snapshot`). A paused sandbox
+	// is not resumed: it is compared through its journal (sizes and
+	// digests, no mode, owner or patch; its side's `source` is
+	// `journal`). A snapshot is read through a transient sandbox restored
+	// from it, deleted after. Paged: pass `next_cursor` back as `cursor`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/diff (the `DiffSandbox` operationId).
+	DiffSandboxWithResponse(ctx context.Context, id SandboxID, params *DiffSandboxParams, reqEditors ...RequestEditorFn) (*DiffSandboxResponse, error)
+
 	// ListSandboxEventsWithResponse The sandbox's flight recorder, oldest first.
 	//
 	// One ordered log per sandbox: what ran (exec), which files were
@@ -4933,6 +5568,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
 	ForkSandboxWithResponse(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*ForkSandboxResponse, error)
 
+	// GetSandboxLineageWithResponse The tree of snapshots and forks this sandbox belongs to.
+	//
+	// Rooted at the oldest snapshot of the sandbox's chain that was taken
+	// (a snapshot or a fork's; not a host's base snapshot or a template
+	// build step), or at the sandbox when there is none. A snapshot's
+	// children are the snapshots over it and the sandboxes running on it;
+	// each node has its state, time and the last command that ended (for a
+	// snapshot: before it was taken) with its exit code.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
+	GetSandboxLineageWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxLineageResponse, error)
+
 	// GetSandboxNetworkWithResponse The sandbox's egress policy.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5153,6 +5802,45 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/snapshots/{snapshot_id} (the `GetSnapshot` operationId).
 	GetSnapshotWithResponse(ctx context.Context, snapshotID string, reqEditors ...RequestEditorFn) (*GetSnapshotResponse, error)
+
+	// DiffSnapshotWithResponse What this snapshot has that another snapshot or a sandbox has not.
+	//
+	// As `GET /v1/sandboxes/{id}/diff`, with this snapshot as the new side.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/snapshots/{snapshot_id}/diff (the `DiffSnapshot` operationId).
+	DiffSnapshotWithResponse(ctx context.Context, snapshotID string, params *DiffSnapshotParams, reqEditors ...RequestEditorFn) (*DiffSnapshotResponse, error)
+
+	// ReplaySnapshotWithBodyWithResponse Restore a snapshot N times, run one command in each, and say which outcomes differ.
+	//
+	// Each run is a sandbox restored from the snapshot (two at a time),
+	// deleted after its run unless `keep`. With `?stream=true` (or
+	// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+	// `started` and a `finished` line per run as they happen, then one
+	// `result` line; else the result alone. Runs are grouped by outcome
+	// (exit code, stdout, stderr): `differ` is true when there is more
+	// than one group. Each stream is kept up to 1 MiB.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+	ReplaySnapshotWithBodyWithResponse(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReplaySnapshotResponse, error)
+
+	// ReplaySnapshotWithResponse Restore a snapshot N times, run one command in each, and say which outcomes differ.
+	//
+	// Each run is a sandbox restored from the snapshot (two at a time),
+	// deleted after its run unless `keep`. With `?stream=true` (or
+	// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+	// `started` and a `finished` line per run as they happen, then one
+	// `result` line; else the result alone. Runs are grouped by outcome
+	// (exit code, stdout, stderr): `differ` is true when there is more
+	// than one group. Each stream is kept up to 1 MiB.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+	ReplaySnapshotWithResponse(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, body ReplaySnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplaySnapshotResponse, error)
 
 	// ListTemplatesWithResponse List templates.
 	//
@@ -5777,6 +6465,54 @@ func (r GetSandboxResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DiffSandboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Diff
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DiffSandboxResponse) GetJSON200() *Diff {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DiffSandboxResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DiffSandboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DiffSandboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DiffSandboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DiffSandboxResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6530,6 +7266,54 @@ func (r ForkSandboxResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ForkSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSandboxLineageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Lineage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSandboxLineageResponse) GetJSON200() *Lineage {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetSandboxLineageResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSandboxLineageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSandboxLineageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSandboxLineageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSandboxLineageResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7290,6 +8074,102 @@ func (r GetSnapshotResponse) ContentType() string {
 	return ""
 }
 
+type DiffSnapshotResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Diff
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DiffSnapshotResponse) GetJSON200() *Diff {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DiffSnapshotResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DiffSnapshotResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DiffSnapshotResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DiffSnapshotResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DiffSnapshotResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReplaySnapshotResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReplayResult
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReplaySnapshotResponse) GetJSON200() *ReplayResult {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReplaySnapshotResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReplaySnapshotResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReplaySnapshotResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReplaySnapshotResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReplaySnapshotResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTemplatesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7701,6 +8581,35 @@ func (c *ClientWithResponses) GetSandboxWithResponse(ctx context.Context, id San
 		return nil, err
 	}
 	return ParseGetSandboxResponse(rsp)
+}
+
+// DiffSandboxWithResponse What this sandbox has that another sandbox or a snapshot has not.
+//
+// Lists, under `path`, the entries added, removed, modified (size,
+// mode, owner, digest) and renamed (same content, within a page) since
+// the two sides' common snapshot, with a unified diff of text files
+// up to `max_patch_bytes` when `patch=true`. `method` says how the
+// candidates were found: `journal` (the flight recorder's file events
+// of each side since the common snapshot: does not scale with the
+// tree, but a chmod or chown alone writes no event), `walk` (both
+// guests' trees, entries whose ctime or mtime is after the common
+// snapshot, compared by digest) or `full` (every entry: the sides
+// share no snapshot, e.g. different templates; `method=journal|walk`
+// is then refused with 409 `no_common_snapshot`). A paused sandbox
+// is not resumed: it is compared through its journal (sizes and
+// digests, no mode, owner or patch; its side's `source` is
+// `journal`). A snapshot is read through a transient sandbox restored
+// from it, deleted after. Paged: pass `next_cursor` back as `cursor`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/diff (the `DiffSandbox` operationId).
+func (c *ClientWithResponses) DiffSandboxWithResponse(ctx context.Context, id SandboxID, params *DiffSandboxParams, reqEditors ...RequestEditorFn) (*DiffSandboxResponse, error) {
+	rsp, err := c.DiffSandbox(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDiffSandboxResponse(rsp)
 }
 
 // ListSandboxEventsWithResponse The sandbox's flight recorder, oldest first.
@@ -8156,6 +9065,26 @@ func (c *ClientWithResponses) ForkSandboxWithResponse(ctx context.Context, id Sa
 	return ParseForkSandboxResponse(rsp)
 }
 
+// GetSandboxLineageWithResponse The tree of snapshots and forks this sandbox belongs to.
+//
+// Rooted at the oldest snapshot of the sandbox's chain that was taken
+// (a snapshot or a fork's; not a host's base snapshot or a template
+// build step), or at the sandbox when there is none. A snapshot's
+// children are the snapshots over it and the sandboxes running on it;
+// each node has its state, time and the last command that ended (for a
+// snapshot: before it was taken) with its exit code.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
+func (c *ClientWithResponses) GetSandboxLineageWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxLineageResponse, error) {
+	rsp, err := c.GetSandboxLineage(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSandboxLineageResponse(rsp)
+}
+
 // GetSandboxNetworkWithResponse The sandbox's egress policy.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8507,6 +9436,63 @@ func (c *ClientWithResponses) GetSnapshotWithResponse(ctx context.Context, snaps
 		return nil, err
 	}
 	return ParseGetSnapshotResponse(rsp)
+}
+
+// DiffSnapshotWithResponse What this snapshot has that another snapshot or a sandbox has not.
+//
+// As `GET /v1/sandboxes/{id}/diff`, with this snapshot as the new side.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/snapshots/{snapshot_id}/diff (the `DiffSnapshot` operationId).
+func (c *ClientWithResponses) DiffSnapshotWithResponse(ctx context.Context, snapshotID string, params *DiffSnapshotParams, reqEditors ...RequestEditorFn) (*DiffSnapshotResponse, error) {
+	rsp, err := c.DiffSnapshot(ctx, snapshotID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDiffSnapshotResponse(rsp)
+}
+
+// ReplaySnapshotWithBodyWithResponse Restore a snapshot N times, run one command in each, and say which outcomes differ.
+//
+// Each run is a sandbox restored from the snapshot (two at a time),
+// deleted after its run unless `keep`. With `?stream=true` (or
+// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+// `started` and a `finished` line per run as they happen, then one
+// `result` line; else the result alone. Runs are grouped by outcome
+// (exit code, stdout, stderr): `differ` is true when there is more
+// than one group. Each stream is kept up to 1 MiB.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+func (c *ClientWithResponses) ReplaySnapshotWithBodyWithResponse(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReplaySnapshotResponse, error) {
+	rsp, err := c.ReplaySnapshotWithBody(ctx, snapshotID, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReplaySnapshotResponse(rsp)
+}
+
+// ReplaySnapshotWithResponse Restore a snapshot N times, run one command in each, and say which outcomes differ.
+//
+// Each run is a sandbox restored from the snapshot (two at a time),
+// deleted after its run unless `keep`. With `?stream=true` (or
+// `Accept: application/x-ndjson`) the answer is JSON Lines: a
+// `started` and a `finished` line per run as they happen, then one
+// `result` line; else the result alone. Runs are grouped by outcome
+// (exit code, stdout, stderr): `differ` is true when there is more
+// than one group. Each stream is kept up to 1 MiB.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/snapshots/{snapshot_id}/replay (the `ReplaySnapshot` operationId).
+func (c *ClientWithResponses) ReplaySnapshotWithResponse(ctx context.Context, snapshotID string, params *ReplaySnapshotParams, body ReplaySnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplaySnapshotResponse, error) {
+	rsp, err := c.ReplaySnapshot(ctx, snapshotID, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReplaySnapshotResponse(rsp)
 }
 
 // ListTemplatesWithResponse List templates.
@@ -8961,6 +9947,39 @@ func ParseGetSandboxResponse(rsp *http.Response) (*GetSandboxResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Sandbox
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDiffSandboxResponse parses an HTTP response from a DiffSandboxWithResponse call
+func ParseDiffSandboxResponse(rsp *http.Response) (*DiffSandboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DiffSandboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Diff
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -9500,6 +10519,39 @@ func ParseForkSandboxResponse(rsp *http.Response) (*ForkSandboxResponse, error) 
 	return response, nil
 }
 
+// ParseGetSandboxLineageResponse parses an HTTP response from a GetSandboxLineageWithResponse call
+func ParseGetSandboxLineageResponse(rsp *http.Response) (*GetSandboxLineageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSandboxLineageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Lineage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetSandboxNetworkResponse parses an HTTP response from a GetSandboxNetworkWithResponse call
 func ParseGetSandboxNetworkResponse(rsp *http.Response) (*GetSandboxNetworkResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10014,6 +11066,75 @@ func ParseGetSnapshotResponse(rsp *http.Response) (*GetSnapshotResponse, error) 
 			return nil, err
 		}
 		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDiffSnapshotResponse parses an HTTP response from a DiffSnapshotWithResponse call
+func ParseDiffSnapshotResponse(rsp *http.Response) (*DiffSnapshotResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DiffSnapshotResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Diff
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReplaySnapshotResponse parses an HTTP response from a ReplaySnapshotWithResponse call
+func ParseReplaySnapshotResponse(rsp *http.Response) (*ReplaySnapshotResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReplaySnapshotResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReplayResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/x-ndjson) unsupported
 
 	}
 

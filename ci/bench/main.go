@@ -50,6 +50,8 @@ type env struct {
 type options struct {
 	boots, execs, requests, density                  int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
+	diffOnly                                         bool
+	diffFiles                                        int
 	nativeOnly, floorsOnly, fleetOnly                bool
 	jsonOut, compareOld, cpuProfile                  string
 	densityLimit                                     time.Duration
@@ -63,6 +65,8 @@ func parseFlags() options {
 	flag.BoolVar(&o.netOnly, "network-only", false, "run only the egress proxy benchmarks")
 	flag.BoolVar(&o.recOnly, "recorder-only", false, "run only the flight recorder's cost")
 	flag.BoolVar(&o.mountsOnly, "mounts-only", false, "run only the mounts' throughput")
+	flag.BoolVar(&o.diffOnly, "diff-only", false, "run only the diff figures (issue 41)")
+	flag.IntVar(&o.diffFiles, "diff-files", 100000, "with -diff-only: the changed files of the big diff (0: none)")
 	flag.BoolVar(&o.coreOnly, "core", false, "run only the floors, creates, exec, files and snapshots (no services, recorder, network, mounts)")
 	flag.BoolVar(&o.floorsOnly, "floors-only", false, "run only the machine's floors (bare QEMU: boot, clone, restore, channel)")
 	flag.BoolVar(&o.nativeOnly, "native-only", false, "run only the native-agent figures (no emulator)")
@@ -123,7 +127,7 @@ func run(t *table) error {
 		nat.addTo(t, e.emu)
 		return done()
 	}
-	if !o.recOnly && o.density == 0 && !o.fleetOnly {
+	if !o.recOnly && !o.diffOnly && o.density == 0 && !o.fleetOnly {
 		fl, err := measureFloors(ctx, o.boots, p)
 		if err != nil {
 			return fmt.Errorf("floors: %w", err)
@@ -141,6 +145,12 @@ func run(t *table) error {
 	}
 	defer stop()
 	e.c = c
+	if o.diffOnly {
+		if err := benchDiff(ctx, c, t, o.diffFiles); err != nil {
+			return err
+		}
+		return done()
+	}
 	if o.recOnly {
 		if err := benchRecorder(ctx, c, t, o.execs); err != nil {
 			return err

@@ -55,6 +55,8 @@ const (
 	CodeFileTooLarge      = "file_too_large"
 	CodeAgentLost         = "agent_unreachable"
 	CodeHostCapacity      = "host_capacity"
+	CodeNoCommonSnapshot  = "no_common_snapshot"
+	CodeNoProbe           = "diff_needs_python3"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -101,6 +103,8 @@ var statusRules = []struct {
 	{sandbox.ErrAgentLost, http.StatusBadGateway, CodeAgentLost},
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},
 	{sandbox.ErrBadArchive, http.StatusBadRequest, CodeInvalidArchive},
+	{sandbox.ErrNoCommonSnapshot, http.StatusConflict, CodeNoCommonSnapshot},
+	{sandbox.ErrNoProbe, http.StatusUnprocessableEntity, CodeNoProbe},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, CodeHostCapacity},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},

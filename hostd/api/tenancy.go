@@ -125,7 +125,7 @@ func (s *server) checkRoute(r *http.Request) error {
 	switch {
 	case strings.HasPrefix(path, "/v1/sandboxes/{id}"):
 		return s.reach(ctx, store.KindSandbox, r.PathValue("id"), write)
-	case path == "/v1/snapshots/{snapshot_id}":
+	case strings.HasPrefix(path, "/v1/snapshots/{snapshot_id}"):
 		return s.reach(ctx, store.KindSnapshot, r.PathValue("snapshot_id"), write)
 	case path == "/v1/templates/{name}":
 		return s.reach(ctx, store.KindTemplate, r.PathValue("name"), write)

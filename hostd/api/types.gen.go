@@ -41,6 +41,66 @@ const (
 	CreateSandboxRequestOnTimeoutPause  = apitypes.CreateSandboxRequestOnTimeoutPause
 )
 
+// Defines values for DiffMethod.
+const (
+	DiffMethodFull    = apitypes.DiffMethodFull
+	DiffMethodJournal = apitypes.DiffMethodJournal
+	DiffMethodWalk    = apitypes.DiffMethodWalk
+)
+
+// Defines values for DiffEntryChanges.
+const (
+	DiffEntryChangesContent = apitypes.DiffEntryChangesContent
+	DiffEntryChangesMode    = apitypes.DiffEntryChangesMode
+	DiffEntryChangesOwner   = apitypes.DiffEntryChangesOwner
+	DiffEntryChangesTarget  = apitypes.DiffEntryChangesTarget
+	DiffEntryChangesType    = apitypes.DiffEntryChangesType
+)
+
+// Defines values for DiffEntryKind.
+const (
+	DiffEntryKindDir     = apitypes.DiffEntryKindDir
+	DiffEntryKindFile    = apitypes.DiffEntryKindFile
+	DiffEntryKindOther   = apitypes.DiffEntryKindOther
+	DiffEntryKindSymlink = apitypes.DiffEntryKindSymlink
+)
+
+// Defines values for DiffEntryPatchOmitted.
+const (
+	DiffEntryPatchOmittedBinary    = apitypes.DiffEntryPatchOmittedBinary
+	DiffEntryPatchOmittedNoContent = apitypes.DiffEntryPatchOmittedNoContent
+	DiffEntryPatchOmittedNotAsked  = apitypes.DiffEntryPatchOmittedNotAsked
+	DiffEntryPatchOmittedTooLarge  = apitypes.DiffEntryPatchOmittedTooLarge
+)
+
+// Defines values for DiffEntryStatus.
+const (
+	DiffEntryStatusAdded    = apitypes.DiffEntryStatusAdded
+	DiffEntryStatusModified = apitypes.DiffEntryStatusModified
+	DiffEntryStatusRemoved  = apitypes.DiffEntryStatusRemoved
+	DiffEntryStatusRenamed  = apitypes.DiffEntryStatusRenamed
+)
+
+// Defines values for DiffSideKind.
+const (
+	DiffSideKindSandbox  = apitypes.DiffSideKindSandbox
+	DiffSideKindSnapshot = apitypes.DiffSideKindSnapshot
+)
+
+// Defines values for DiffSideSource.
+const (
+	DiffSideSourceGuest   = apitypes.DiffSideSourceGuest
+	DiffSideSourceJournal = apitypes.DiffSideSourceJournal
+)
+
+// Defines values for DiffStatType.
+const (
+	DiffStatTypeDir     = apitypes.DiffStatTypeDir
+	DiffStatTypeFile    = apitypes.DiffStatTypeFile
+	DiffStatTypeOther   = apitypes.DiffStatTypeOther
+	DiffStatTypeSymlink = apitypes.DiffStatTypeSymlink
+)
+
 // Defines values for ExecAuditPhase.
 const (
 	ExecAuditPhaseEnd   = apitypes.ExecAuditPhaseEnd
@@ -88,6 +148,12 @@ const (
 	LifecycleAuditActionTimeout  = apitypes.LifecycleAuditActionTimeout
 )
 
+// Defines values for LineageNodeKind.
+const (
+	LineageNodeKindSandbox  = apitypes.LineageNodeKindSandbox
+	LineageNodeKindSnapshot = apitypes.LineageNodeKindSnapshot
+)
+
 // Defines values for MountType.
 const (
 	MountTypeGit  = apitypes.MountTypeGit
@@ -122,6 +188,13 @@ const (
 	PackageAuditManagerDpkg = apitypes.PackageAuditManagerDpkg
 	PackageAuditManagerNpm  = apitypes.PackageAuditManagerNpm
 	PackageAuditManagerPip  = apitypes.PackageAuditManagerPip
+)
+
+// Defines values for ReplayEventType.
+const (
+	ReplayEventTypeFinished = apitypes.ReplayEventTypeFinished
+	ReplayEventTypeResult   = apitypes.ReplayEventTypeResult
+	ReplayEventTypeStarted  = apitypes.ReplayEventTypeStarted
 )
 
 // Defines values for SandboxState.
@@ -164,10 +237,34 @@ const (
 	WatchEventTypeRename = apitypes.WatchEventTypeRename
 )
 
+// Defines values for QueryDiffMethod.
+const (
+	QueryDiffMethodAuto    = apitypes.QueryDiffMethodAuto
+	QueryDiffMethodFull    = apitypes.QueryDiffMethodFull
+	QueryDiffMethodJournal = apitypes.QueryDiffMethodJournal
+	QueryDiffMethodWalk    = apitypes.QueryDiffMethodWalk
+)
+
+// Defines values for DiffSandboxParamsMethod.
+const (
+	DiffSandboxParamsMethodAuto    = apitypes.DiffSandboxParamsMethodAuto
+	DiffSandboxParamsMethodFull    = apitypes.DiffSandboxParamsMethodFull
+	DiffSandboxParamsMethodJournal = apitypes.DiffSandboxParamsMethodJournal
+	DiffSandboxParamsMethodWalk    = apitypes.DiffSandboxParamsMethodWalk
+)
+
 // Defines values for ListSandboxEventsParamsFormat.
 const (
 	ListSandboxEventsParamsFormatJSON  = apitypes.ListSandboxEventsParamsFormatJSON
 	ListSandboxEventsParamsFormatJsonl = apitypes.ListSandboxEventsParamsFormatJsonl
+)
+
+// Defines values for DiffSnapshotParamsMethod.
+const (
+	DiffSnapshotParamsMethodAuto    = apitypes.DiffSnapshotParamsMethodAuto
+	DiffSnapshotParamsMethodFull    = apitypes.DiffSnapshotParamsMethodFull
+	DiffSnapshotParamsMethodJournal = apitypes.DiffSnapshotParamsMethodJournal
+	DiffSnapshotParamsMethodWalk    = apitypes.DiffSnapshotParamsMethodWalk
 )
 
 // APIAudit defines model for APIAudit.
@@ -222,6 +319,45 @@ type CreateTemplateRequest = apitypes.CreateTemplateRequest
 
 // CreatedKey defines model for CreatedKey.
 type CreatedKey = apitypes.CreatedKey
+
+// Diff defines model for Diff.
+type Diff = apitypes.Diff
+
+// DiffMethod defines model for Diff.Method.
+type DiffMethod = apitypes.DiffMethod
+
+// DiffEntry defines model for DiffEntry.
+type DiffEntry = apitypes.DiffEntry
+
+// DiffEntryChanges defines model for DiffEntry.Changes.
+type DiffEntryChanges = apitypes.DiffEntryChanges
+
+// DiffEntryKind defines model for DiffEntry.Kind.
+type DiffEntryKind = apitypes.DiffEntryKind
+
+// DiffEntryPatchOmitted defines model for DiffEntry.PatchOmitted.
+type DiffEntryPatchOmitted = apitypes.DiffEntryPatchOmitted
+
+// DiffEntryStatus defines model for DiffEntry.Status.
+type DiffEntryStatus = apitypes.DiffEntryStatus
+
+// DiffEvents defines model for DiffEvents.
+type DiffEvents = apitypes.DiffEvents
+
+// DiffSide defines model for DiffSide.
+type DiffSide = apitypes.DiffSide
+
+// DiffSideKind defines model for DiffSide.Kind.
+type DiffSideKind = apitypes.DiffSideKind
+
+// DiffSideSource guest (read from its guest, or a transient restore of a snapshot) or journal (a paused sandbox, from its flight recorder).
+type DiffSideSource = apitypes.DiffSideSource
+
+// DiffStat defines model for DiffStat.
+type DiffStat = apitypes.DiffStat
+
+// DiffStatType defines model for DiffStat.Type.
+type DiffStatType = apitypes.DiffStatType
 
 // Error defines model for Error.
 type Error = apitypes.Error
@@ -313,6 +449,18 @@ type LifecycleAuditAction = apitypes.LifecycleAuditAction
 // Limits The sandbox's resource limits and lifecycle options (0 = none).
 type Limits = apitypes.Limits
 
+// Lineage defines model for Lineage.
+type Lineage = apitypes.Lineage
+
+// LineageCommand defines model for LineageCommand.
+type LineageCommand = apitypes.LineageCommand
+
+// LineageNode defines model for LineageNode.
+type LineageNode = apitypes.LineageNode
+
+// LineageNodeKind defines model for LineageNode.Kind.
+type LineageNodeKind = apitypes.LineageNodeKind
+
 // Mount defines model for Mount.
 type Mount = apitypes.Mount
 
@@ -385,6 +533,21 @@ type ProjectList = apitypes.ProjectList
 
 // RecorderAudit defines model for RecorderAudit.
 type RecorderAudit = apitypes.RecorderAudit
+
+// ReplayEvent defines model for ReplayEvent.
+type ReplayEvent = apitypes.ReplayEvent
+
+// ReplayEventType defines model for ReplayEvent.Type.
+type ReplayEventType = apitypes.ReplayEventType
+
+// ReplayRequest defines model for ReplayRequest.
+type ReplayRequest = apitypes.ReplayRequest
+
+// ReplayResult defines model for ReplayResult.
+type ReplayResult = apitypes.ReplayResult
+
+// ReplayRun defines model for ReplayRun.
+type ReplayRun = apitypes.ReplayRun
 
 // Sandbox defines model for Sandbox.
 type Sandbox = apitypes.Sandbox
@@ -475,6 +638,33 @@ type Port = apitypes.Port
 // ProjectFilter defines model for ProjectFilter.
 type ProjectFilter = apitypes.ProjectFilter
 
+// QueryDiffAgainst defines model for QueryDiffAgainst.
+type QueryDiffAgainst = apitypes.QueryDiffAgainst
+
+// QueryDiffCursor defines model for QueryDiffCursor.
+type QueryDiffCursor = apitypes.QueryDiffCursor
+
+// QueryDiffExclude defines model for QueryDiffExclude.
+type QueryDiffExclude = apitypes.QueryDiffExclude
+
+// QueryDiffLimit defines model for QueryDiffLimit.
+type QueryDiffLimit = apitypes.QueryDiffLimit
+
+// QueryDiffMaxPatch defines model for QueryDiffMaxPatch.
+type QueryDiffMaxPatch = apitypes.QueryDiffMaxPatch
+
+// QueryDiffMethod defines model for QueryDiffMethod.
+type QueryDiffMethod = apitypes.QueryDiffMethod
+
+// QueryDiffPatch defines model for QueryDiffPatch.
+type QueryDiffPatch = apitypes.QueryDiffPatch
+
+// QueryDiffPath defines model for QueryDiffPath.
+type QueryDiffPath = apitypes.QueryDiffPath
+
+// QueryDiffWithEvents defines model for QueryDiffWithEvents.
+type QueryDiffWithEvents = apitypes.QueryDiffWithEvents
+
 // SandboxID defines model for SandboxID.
 type SandboxID = apitypes.SandboxID
 
@@ -483,6 +673,12 @@ type ListKeysParams = apitypes.ListKeysParams
 
 // ListSandboxesParams defines parameters for ListSandboxes.
 type ListSandboxesParams = apitypes.ListSandboxesParams
+
+// DiffSandboxParams defines parameters for DiffSandbox.
+type DiffSandboxParams = apitypes.DiffSandboxParams
+
+// DiffSandboxParamsMethod defines parameters for DiffSandbox.
+type DiffSandboxParamsMethod = apitypes.DiffSandboxParamsMethod
 
 // ListSandboxEventsParams defines parameters for ListSandboxEvents.
 type ListSandboxEventsParams = apitypes.ListSandboxEventsParams
@@ -532,6 +728,15 @@ type ListSecretsParams = apitypes.ListSecretsParams
 // ListSnapshotsParams defines parameters for ListSnapshots.
 type ListSnapshotsParams = apitypes.ListSnapshotsParams
 
+// DiffSnapshotParams defines parameters for DiffSnapshot.
+type DiffSnapshotParams = apitypes.DiffSnapshotParams
+
+// DiffSnapshotParamsMethod defines parameters for DiffSnapshot.
+type DiffSnapshotParamsMethod = apitypes.DiffSnapshotParamsMethod
+
+// ReplaySnapshotParams defines parameters for ReplaySnapshot.
+type ReplaySnapshotParams = apitypes.ReplaySnapshotParams
+
 // ListTemplatesParams defines parameters for ListTemplates.
 type ListTemplatesParams = apitypes.ListTemplatesParams
 
@@ -573,6 +778,9 @@ type ExtendTimeoutJSONRequestBody = apitypes.ExtendTimeoutJSONRequestBody
 
 // CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
 type CreateSecretJSONRequestBody = apitypes.CreateSecretJSONRequestBody
+
+// ReplaySnapshotJSONRequestBody defines body for ReplaySnapshot for application/json ContentType.
+type ReplaySnapshotJSONRequestBody = apitypes.ReplaySnapshotJSONRequestBody
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = apitypes.CreateTemplateJSONRequestBody

@@ -105,3 +105,23 @@ async def test_lifecycle_async(sb: Sandbox) -> None:
         await c.secrets.delete("sdk-py-async")
         assert (await c.health()).status == "ok"
         assert isinstance(await c.templates.list(), list)
+
+
+@pytest.mark.asyncio
+async def test_compare_async(sb: Sandbox) -> None:
+    async with AsyncClient() as c:
+        s = await c.get(sb.id)
+        await s.files.write("/root/cmp-async.txt", "one\n")
+        (f,) = await s.fork(1)
+        try:
+            await f.run("echo two >> /root/cmp-async.txt")
+            d = await f.diff(s, patch=True)
+            entry = next(e for e in d["entries"] if e["path"] == "/root/cmp-async.txt")
+            assert entry["status"] == "modified" and "+two" in entry["patch"]
+            ids = [n["id"] for n in (await f.lineage())["root"]["children"]]
+            assert f.id in ids and s.id in ids
+            snap = await f.snapshot()
+            r = await c.snapshots.replay(snap.id, "cat /root/cmp-async.txt", 2)
+            assert not r["differ"] and r["runs"][0]["stdout"] == "one\ntwo\n"
+        finally:
+            await f.delete()

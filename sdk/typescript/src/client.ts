@@ -227,6 +227,21 @@ export class Sandbox {
     const d = await this.client.json("POST", this.p("/fork"), { json: { count: n }, expect: [201] });
     return d.sandboxes.map((s: SandboxInfo) => new Sandbox(this.client, s));
   }
+  /** What this sandbox has that `other` (a sandbox, or a sandbox or snapshot id) has not, every page followed:
+   * `{method, base_snapshot, entries: [{path, status, kind, new, old, patch}], events}`. */
+  async diff(other: Sandbox | string, opts: DiffOptions = {}): Promise<Diff> {
+    const against = typeof other === "string" ? other : other.id;
+    let acc: Diff | undefined;
+    let cursor: string | undefined;
+    for (;;) {
+      const page: Diff = await this.client.json("GET", this.p("/diff"), { query: diffQuery(against, opts, cursor) });
+      if (acc) { acc.entries.push(...page.entries); acc.next_cursor = page.next_cursor; } else acc = page;
+      cursor = page.next_cursor;
+      if (!cursor) return acc;
+    }
+  }
+  /** The tree of snapshots and forks this sandbox belongs to, each node with its last command and exit code. */
+  lineage(): Promise<Lineage> { return this.client.json("GET", this.p("/lineage")); }
   /** Write memory to disk and end the VM. */
   async pause(): Promise<this> { return this.set(await this.client.json("POST", this.p("/pause"))); }
   /** Bring a paused sandbox back. */
@@ -421,6 +436,38 @@ export class Snapshots {
   get(id: string): Promise<SnapshotInfo> { return this.c.json("GET", `/v1/snapshots/${id}`); }
   /** Delete one nothing uses (else Conflict). */
   async delete(id: string): Promise<void> { await this.c.fetch("DELETE", `/v1/snapshots/${id}`, { expect: [204] }); }
+  /** What snapshot `id` has that `against` (a snapshot or sandbox id) has not (one page). */
+  diff(id: string, against: string, opts: DiffOptions = {}): Promise<Diff> {
+    return this.c.json("GET", `/v1/snapshots/${id}/diff`, { query: diffQuery(against, opts, undefined) });
+  }
+  /** Restore the snapshot `n` times and run `cmd` (a string runs through `sh -c`) in each; `onProgress` gets each
+   * started/finished line. Resolves to `{runs: [{index, exit_code, stdout, stderr, group}], groups, differ}`. */
+  async replay(id: string, cmd: string | string[], n = 3, onProgress?: (ev: Record<string, any>) => void): Promise<ReplayResult> {
+    const argv = typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd;
+    const resp = await this.c.fetch("POST", `/v1/snapshots/${id}/replay`, { query: { stream: true }, json: { cmd: argv, n } });
+    for await (const line of lines(resp.body)) {
+      if (!line.trim()) continue;
+      const ev = JSON.parse(line);
+      if (ev.type === "result") return ev.result;
+      if (ev.type === "error") throw new Error(ev.error?.message ?? "replay failed");
+      onProgress?.(ev);
+    }
+    throw new Error("replay: the stream ended without a result");
+  }
+}
+
+/** Options of a diff: a subtree, patches, how candidates are found, excludes, the events side by side. */
+export interface DiffOptions { path?: string; patch?: boolean; method?: "auto" | "journal" | "walk" | "full"; exclude?: string[]; events?: boolean }
+/** A diff (see the API's Diff schema). */
+export type Diff = { method: string; reason: string; base_snapshot?: string; entries: Array<Record<string, any>>; next_cursor?: string; events?: Record<string, any> } & Record<string, any>;
+/** A lineage tree (see the API's Lineage schema). */
+export type Lineage = { sandbox_id: string; root: Record<string, any> };
+/** A replay's runs (see the API's ReplayResult schema). */
+export type ReplayResult = { runs: Array<Record<string, any>>; groups: number; differ: boolean };
+
+function diffQuery(against: string, o: DiffOptions, cursor: string | undefined): Record<string, string | boolean | undefined> {
+  return { against, path: o.path, patch: o.patch || undefined, method: o.method, exclude: o.exclude?.join(","),
+    events: (o.events && !cursor) || undefined, cursor };
 }
 
 /** A blueprint: `{template|base, vcpus?, memory_mib?, steps: [{run}|{copy:{src,dest}}|{env}|{workdir}]}`. */

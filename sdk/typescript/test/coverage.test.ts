@@ -22,6 +22,7 @@ const reachable: Record<string, string[]> = {
   snapshotSandbox: ["Sandbox.snapshot"], forkSandbox: ["Sandbox.fork"], pauseSandbox: ["Sandbox.pause"],
   resumeSandbox: ["Sandbox.resume"], extendTimeout: ["Sandbox.extend"], getUsage: ["Sandbox.usage"],
   listSnapshots: ["Snapshots.list"], getSnapshot: ["Snapshots.get"], deleteSnapshot: ["Snapshots.delete"],
+  diffSandbox: ["Sandbox.diff"], diffSnapshot: ["Snapshots.diff"], getSandboxLineage: ["Sandbox.lineage"], replaySnapshot: ["Snapshots.replay"],
   createTemplate: ["Templates.create", "Templates.build", "Templates.buildImage"], listTemplates: ["Templates.list"],
   getTemplate: ["Templates.get"], deleteTemplate: ["Templates.delete"],
   getSandboxNetwork: ["Network.get"], patchSandboxNetwork: ["Network.update"], listSandboxEvents: ["Sandbox.events"],

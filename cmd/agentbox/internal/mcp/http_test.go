@@ -66,8 +66,8 @@ func TestHTTPRequiresKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 11 {
-		t.Errorf("tools: got %d, want 11", len(tools.Tools))
+	if len(tools.Tools) != 12 {
+		t.Errorf("tools: got %d, want 12", len(tools.Tools))
 	}
 	if _, err := NewHandler("", c, nil); err == nil {
 		t.Error("a handler without a key was made")

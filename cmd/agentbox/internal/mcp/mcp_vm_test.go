@@ -88,7 +88,7 @@ func mcpOverStdio(t *testing.T, c *client.Client) {
 		names[tl.Name] = tl.InputSchema != nil && tl.Description != ""
 	}
 	for _, n := range []string{"create_sandbox", "run_command", "read_output", "read_file", "write_file", "list_files",
-		"snapshot_sandbox", "fork_sandbox", "get_service_url", "list_sandboxes", "delete_sandbox"} {
+		"snapshot_sandbox", "fork_sandbox", "get_service_url", "list_sandboxes", "delete_sandbox", "compare_sandboxes"} {
 		if !names[n] {
 			t.Errorf("tool %s missing or without schema/description", n)
 		}

@@ -242,4 +242,7 @@ func (s *session) addTools(srv *mcp.Server) {
 		"and the token it needs."}, s.getServiceURL)
 	mcp.AddTool(srv, &mcp.Tool{Name: "list_sandboxes", Description: "List the sandboxes on this hostd, marking those this session created."}, s.listSandboxes)
 	mcp.AddTool(srv, &mcp.Tool{Name: "delete_sandbox", Description: "Delete a sandbox: its VM stops and everything in it is gone."}, s.deleteSandbox)
+	mcp.AddTool(srv, &mcp.Tool{Name: "compare_sandboxes", Description: "Compare two sandboxes or snapshots (e.g. a fork and its parent): " +
+		"the files added, removed, modified or renamed since their common snapshot, with unified diffs of text files; with events, " +
+		"also the commands (with exit codes), file writes, packages and network calls of each since the fork."}, s.compareSandboxes)
 }

@@ -314,6 +314,26 @@ class AsyncSandbox:
         d = await self._c._json("POST", self._p("/fork"), json={"count": n}, expect=(201,))
         return [AsyncSandbox(self._c, from_dict(SandboxInfo, s)) for s in d["sandboxes"]]
 
+    async def diff(self, other: "Any", *, path: Optional[str] = None, patch: bool = False, method: Optional[str] = None,
+             exclude: Optional[Sequence[str]] = None, events: bool = False) -> Dict[str, Any]:
+        """What this sandbox has that ``other`` (a sandbox, a snapshot, or an id) has not:
+        ``{"method", "base_snapshot", "entries": [{"path", "status", "kind", "new", "old",
+        "patch", ...}], "events"}``, every page followed."""
+        against = getattr(other, "id", other)
+        acc: Optional[Dict[str, Any]] = None
+        cursor = None
+        while True:
+            page = await self._c._json("GET", self._p("/diff"), params=_core.diff_params(against, path, patch, method, exclude, events and cursor is None, None, cursor))
+            acc = _core.merge_diff_page(acc, page)
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return acc
+
+    async def lineage(self) -> Dict[str, Any]:
+        """The tree of snapshots and forks this sandbox belongs to: ``{"sandbox_id", "root":
+        {"kind", "id", "state", "created_at", "last_command": {"argv", "exit_code"}, "children"}}``."""
+        return await self._c._json("GET", self._p("/lineage"))
+
     async def pause(self) -> "AsyncSandbox":
         """Write the memory to disk and end the VM; :meth:`resume` brings it back."""
         return self._set(await self._c._json("POST", self._p("/pause")))
@@ -665,6 +685,18 @@ class AsyncSnapshots:
     async def delete(self, snapshot_id: str) -> None:
         """Delete a snapshot nothing uses (else :class:`Conflict`)."""
         await self._c._request("DELETE", f"/v1/snapshots/{snapshot_id}", expect=(204,))
+
+    async def diff(self, snapshot_id: str, against: str, *, path: Optional[str] = None, patch: bool = False,
+                   method: Optional[str] = None) -> Dict[str, Any]:
+        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
+        return await self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
+
+    async def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+        """Restore the snapshot ``n`` times, run ``cmd`` in each (see :meth:`Snapshots.replay`)."""
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        async with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json={"cmd": argv, "n": n}) as resp:
+            lines = [line async for line in resp.aiter_lines()]
+        return _core.replay_lines(lines, progress)
 
 
 class AsyncTemplates:

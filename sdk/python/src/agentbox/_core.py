@@ -10,7 +10,7 @@ import os
 import shlex
 import tarfile
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._errors import APIError, AgentboxError, make_error
 from ._models import ExecResult, FileEvent, Output
@@ -361,3 +361,48 @@ def build_event(d: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         err = d.get("error") or {}
         raise make_error(str(err.get("code", "build_failed")), str(err.get("message", "")))
     return None
+
+
+def diff_params(against: str, path: "Optional[str]", patch: bool, method: "Optional[str]", exclude: "Optional[Sequence[str]]",
+                events: bool, limit: "Optional[int]", cursor: "Optional[str]") -> "Dict[str, str]":
+    """The query of a diff page (GET .../diff)."""
+    p = {"against": against}
+    if path:
+        p["path"] = path
+    if patch:
+        p["patch"] = "true"
+    if method:
+        p["method"] = method
+    if exclude is not None:
+        p["exclude"] = ",".join(exclude)
+    if events:
+        p["events"] = "true"
+    if limit:
+        p["limit"] = str(limit)
+    if cursor:
+        p["cursor"] = cursor
+    return p
+
+
+def merge_diff_page(acc: "Optional[Dict[str, Any]]", page: "Dict[str, Any]") -> "Dict[str, Any]":
+    """Adds a page's entries to the first page's answer."""
+    if acc is None:
+        return page
+    acc["entries"].extend(page.get("entries", []))
+    acc["next_cursor"] = page.get("next_cursor", "")
+    return acc
+
+
+def replay_lines(lines: "Iterable[str]", progress: "Optional[Callable[[Dict[str, Any]], None]]") -> "Dict[str, Any]":
+    """The result of a replay's NDJSON stream, calling progress for each run line."""
+    for line in lines:
+        if not line.strip():
+            continue
+        ev = json.loads(line)
+        if ev.get("type") == "result":
+            return ev["result"]
+        if ev.get("type") == "error":
+            raise RuntimeError(ev.get("error", {}).get("message", "replay failed"))
+        if progress is not None:
+            progress(ev)
+    raise RuntimeError("replay: the stream ended without a result")

@@ -313,6 +313,26 @@ class Sandbox:
         d = self._c._json("POST", self._p("/fork"), json={"count": n}, expect=(201,))
         return [Sandbox(self._c, from_dict(SandboxInfo, s)) for s in d["sandboxes"]]
 
+    def diff(self, other: "Any", *, path: Optional[str] = None, patch: bool = False, method: Optional[str] = None,
+             exclude: Optional[Sequence[str]] = None, events: bool = False) -> Dict[str, Any]:
+        """What this sandbox has that ``other`` (a sandbox, a snapshot, or an id) has not:
+        ``{"method", "base_snapshot", "entries": [{"path", "status", "kind", "new", "old",
+        "patch", ...}], "events"}``, every page followed."""
+        against = getattr(other, "id", other)
+        acc: Optional[Dict[str, Any]] = None
+        cursor = None
+        while True:
+            page = self._c._json("GET", self._p("/diff"), params=_core.diff_params(against, path, patch, method, exclude, events and cursor is None, None, cursor))
+            acc = _core.merge_diff_page(acc, page)
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return acc
+
+    def lineage(self) -> Dict[str, Any]:
+        """The tree of snapshots and forks this sandbox belongs to: ``{"sandbox_id", "root":
+        {"kind", "id", "state", "created_at", "last_command": {"argv", "exit_code"}, "children"}}``."""
+        return self._c._json("GET", self._p("/lineage"))
+
     def pause(self) -> "Sandbox":
         """Write the memory to disk and end the VM; :meth:`resume` brings it back."""
         return self._set(self._c._json("POST", self._p("/pause")))
@@ -625,6 +645,19 @@ class Snapshots:
     def delete(self, snapshot_id: str) -> None:
         """Delete a snapshot nothing uses (else :class:`Conflict`)."""
         self._c._request("DELETE", f"/v1/snapshots/{snapshot_id}", expect=(204,))
+
+    def diff(self, snapshot_id: str, against: str, *, path: Optional[str] = None, patch: bool = False,
+             method: Optional[str] = None) -> Dict[str, Any]:
+        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
+        return self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
+
+    def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+        """Restore the snapshot ``n`` times, run ``cmd`` (a string runs through ``sh -c``) in each:
+        ``{"runs": [{"index", "exit_code", "stdout", "stderr", "group"}], "groups", "differ"}``;
+        ``progress`` gets each ``started``/``finished`` line as it comes."""
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json={"cmd": argv, "n": n}) as resp:
+            return _core.replay_lines(resp.iter_lines(), progress)
 
 
 class Templates:
