@@ -15,9 +15,9 @@ import (
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/fleet/hosttoken"
 	fleetstore "github.com/agentbox/agentbox/fleet/store"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/hostd"
 	"github.com/agentbox/agentbox/internal/hostdtest"
-	"github.com/agentbox/agentbox/internal/pgserver"
 	"github.com/agentbox/agentbox/internal/waitfor"
 )
 
@@ -26,19 +26,7 @@ import (
 // its new epoch does not own (the fleet has no row of it).
 func TestFleetHostTokenAndFencing(t *testing.T) {
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
-	st, err := fleetstore.Open(ctx, pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, pg := storetest.Open(t)
 	secret := []byte("the fleet secret of this test")
 	token := hosttoken.Token(secret, "h1")
 	data := t.TempDir()

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/pgserver"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 )
 
 // TestSimulationSmall runs the simulation at a small scale against a real
@@ -15,14 +14,7 @@ import (
 // within two lease periods, every invariant's query clean.
 func TestSimulationSmall(t *testing.T) {
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
+	pg := storetest.Server(t)
 	c := Config{DSN: pg.DSN(""), Hosts: 10, Sandboxes: 500, Placers: 4, K: 3, TTL: 2 * time.Second, Die: 2,
 		Projects: 3, ForkEvery: 10, CacheFor: 100 * time.Millisecond, Seed: 7}
 	rep, err := Run(ctx, c)

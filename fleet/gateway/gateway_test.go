@@ -16,6 +16,7 @@ import (
 	"github.com/agentbox/agentbox/fleet/gateway"
 	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/fleet/store"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/hostd"
 	"github.com/agentbox/agentbox/internal/pgserver"
 	"github.com/agentbox/agentbox/internal/waitfor"
@@ -39,19 +40,7 @@ func startFleet(t *testing.T, hosts ...string) *fleet {
 	t.Helper()
 	a := vmmtest.FindAssets(t)
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
-	st, err := store.Open(ctx, pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, pg := storetest.Open(t)
 	f := &fleet{pg: pg, st: st, hosts: map[string]string{}}
 	for _, name := range hosts {
 		url := startHost(t, a, name)

@@ -12,28 +12,14 @@ import (
 	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/fleet/lease"
 	"github.com/agentbox/agentbox/fleet/store"
-	"github.com/agentbox/agentbox/internal/pgserver"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/internal/waitfor"
 )
 
 var secret = []byte("a fleet secret of the tests")
 
 func open(t *testing.T) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
-	st, err := store.Open(ctx, pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, _ := storetest.Open(t)
 	return st
 }
 

@@ -7,28 +7,12 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/fleet/store"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/internal/pgserver"
 )
 
 // open starts a PostgreSQL server for the test and opens a store on it.
-func open(t *testing.T) (*store.Store, *pgserver.Server) {
-	t.Helper()
-	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
-	st, err := store.Open(ctx, pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return st, pg
-}
+func open(t *testing.T) (*store.Store, *pgserver.Server) { return storetest.Open(t) }
 
 func register(t *testing.T, st *store.Store, name string, ttl time.Duration, c store.Capacity) int64 {
 	t.Helper()

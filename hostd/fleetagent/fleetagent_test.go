@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/fleet/store"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/hostd/fleetagent"
 	"github.com/agentbox/agentbox/internal/logtest"
 	"github.com/agentbox/agentbox/internal/pgserver"
@@ -84,24 +85,7 @@ func (h *fakeHost) deletedIDs() []string {
 	return slices.Clone(h.deleted)
 }
 
-func open(t *testing.T) (*store.Store, *pgserver.Server) {
-	t.Helper()
-	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
-	st, err := store.Open(ctx, pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return st, pg
-}
+func open(t *testing.T) (*store.Store, *pgserver.Server) { return storetest.Open(t) }
 
 // place makes a committed row for sandbox id on host.
 func place(t *testing.T, st *store.Store, host, id string) {

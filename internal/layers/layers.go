@@ -37,6 +37,7 @@ type Rule struct {
 // (TestTestKitsListed).
 var TestKits = []string{
 	"fleet/gateway/gatewaytest",
+	"fleet/store/storetest",
 	"hostd/api/apitest",
 	"hostd/api/blueprinttest",
 	"hostd/sandbox/sandboxtest",

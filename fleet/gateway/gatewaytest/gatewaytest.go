@@ -6,7 +6,6 @@ package gatewaytest
 
 import (
 	"context"
-	"errors"
 	"net"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/agentbox/agentbox/fleet/gateway"
 	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/fleet/store"
+	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/internal/pgserver"
 )
 
@@ -37,20 +37,7 @@ type Fleet struct {
 // installed) and opens the fleet's store on it.
 func Start(t testing.TB) *Fleet {
 	t.Helper()
-	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if errors.Is(err, pgserver.ErrNoPostgres) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Remove)
-	st, err := store.Open(ctx, pg.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	st, pg := storetest.Open(t)
 	return &Fleet{PG: pg, Store: st}
 }
 
