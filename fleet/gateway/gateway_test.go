@@ -270,3 +270,30 @@ func TestGatewayRefusesAHostWithTheWrongToken(t *testing.T) {
 		t.Fatalf("hosts: %+v %v", hosts, err)
 	}
 }
+
+// A snapshot taken on a host directly (before it joined the fleet, say)
+// is found on its host and recorded at its first use through a gateway.
+func TestGatewayAdoptsAHostsSnapshot(t *testing.T) {
+	f := startFleet(t, "h1")
+	ctx := context.Background()
+	host := newClient(t, f.hosts["h1"], hosttoken.Token(secret, "h1"))
+	sb, err := host.CreateSandbox(ctx, client.CreateSandboxRequest{MemoryMiB: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := host.Snapshot(ctx, sb.ID, client.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newClient(t, f.gateway(t), adminKey)
+	restored, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: snap.ID, MemoryMiB: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := f.st.GetObject(ctx, store.KindSnapshot, snap.ID); err != nil || o.Host != "h1" {
+		t.Fatalf("snapshot record: %+v %v", o, err)
+	}
+	if r, err := f.st.Get(ctx, restored.ID); err != nil || r.Host != "h1" {
+		t.Fatalf("restored on %+v %v", r, err)
+	}
+}

@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -18,6 +20,9 @@ func (g *Gateway) reachObject(ctx context.Context, kind, id string) (store.Objec
 	dctx, cancel := g.dbctx(ctx)
 	defer cancel()
 	o, err := g.st.GetObject(dctx, kind, id)
+	if kind == store.KindSnapshot && isNotFound(err) {
+		o, err = g.adoptSnapshot(ctx, id)
+	}
 	code := CodeSnapshotNotFound
 	if kind == store.KindTemplate {
 		code = CodeNotFound
@@ -292,4 +297,37 @@ func errorCode(err error) string {
 		return ae.code
 	}
 	return ""
+}
+
+// adoptSnapshot finds a snapshot the fleet has no record of on its live
+// hosts (one taken on a host before it joined, or straight through its
+// API) and records it: its sandbox's project owns it, else the default
+// project (so that admins reach it). Not found anywhere is ErrNotFound.
+func (g *Gateway) adoptSnapshot(ctx context.Context, id string) (store.Object, error) {
+	hosts, err := g.liveHosts(ctx)
+	if err != nil {
+		return store.Object{}, err
+	}
+	for _, h := range hosts {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, b, err := g.fwd.call(cctx, h.Name, h.Addr, http.MethodGet, "/v1/snapshots/"+url.PathEscape(id), nil, http.Header{}, 1<<20)
+		cancel()
+		var snap apitypes.Snapshot
+		if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(b, &snap) != nil || snap.ID != id {
+			continue
+		}
+		o := store.Object{ID: id, Project: store.DefaultProject, Host: h.Name, Sandbox: snap.SandboxID}
+		dctx, dcancel := g.dbctx(ctx)
+		if sb, err := g.st.Get(dctx, snap.SandboxID); err == nil {
+			o.Project = sb.Project
+		}
+		err = g.st.PutObject(dctx, store.KindSnapshot, o)
+		dcancel()
+		if err != nil {
+			return store.Object{}, err
+		}
+		g.log.Info("recorded a snapshot the fleet did not know", "snapshot_id", id, "host", h.Name, "project", o.Project)
+		return o, nil
+	}
+	return store.Object{}, fmt.Errorf("%w: snapshot %s on no live host", store.ErrNotFound, id)
 }

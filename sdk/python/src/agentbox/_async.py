@@ -691,10 +691,12 @@ class AsyncSnapshots:
         """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
         return await self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
 
-    async def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    async def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, env: Optional[Dict[str, str]] = None, cwd: str = "",
+                     timeout_s: int = 0, keep: bool = False,
+                     progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
         """Restore the snapshot ``n`` times, run ``cmd`` in each (see :meth:`Snapshots.replay`)."""
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        async with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json={"cmd": argv, "n": n}) as resp:
+        body = _core.replay_body(cmd, n, env, cwd, timeout_s, keep)
+        async with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json=body) as resp:
             lines = [line async for line in resp.aiter_lines()]
         return _core.replay_lines(lines, progress)
 

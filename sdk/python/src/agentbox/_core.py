@@ -393,6 +393,21 @@ def merge_diff_page(acc: "Optional[Dict[str, Any]]", page: "Dict[str, Any]") -> 
     return acc
 
 
+def replay_body(cmd: Any, n: int, env: "Optional[Dict[str, str]]", cwd: str, timeout_s: int, keep: bool) -> "Dict[str, Any]":
+    """The JSON body of a replay (a string cmd runs through ``sh -c``)."""
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    body: Dict[str, Any] = {"cmd": argv, "n": n}
+    if env:
+        body["env"] = env
+    if cwd:
+        body["cwd"] = cwd
+    if timeout_s:
+        body["timeout_s"] = timeout_s
+    if keep:
+        body["keep"] = True
+    return body
+
+
 def replay_lines(lines: "Iterable[str]", progress: "Optional[Callable[[Dict[str, Any]], None]]") -> "Dict[str, Any]":
     """The result of a replay's NDJSON stream, calling progress for each run line."""
     for line in lines:

@@ -651,12 +651,14 @@ class Snapshots:
         """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
         return self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
 
-    def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, env: Optional[Dict[str, str]] = None, cwd: str = "",
+               timeout_s: int = 0, keep: bool = False, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
         """Restore the snapshot ``n`` times, run ``cmd`` (a string runs through ``sh -c``) in each:
         ``{"runs": [{"index", "exit_code", "stdout", "stderr", "group"}], "groups", "differ"}``;
+        ``env``, ``cwd`` and ``timeout_s`` are each run's; ``keep`` keeps the restored sandboxes;
         ``progress`` gets each ``started``/``finished`` line as it comes."""
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json={"cmd": argv, "n": n}) as resp:
+        body = _core.replay_body(cmd, n, env, cwd, timeout_s, keep)
+        with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json=body) as resp:
             return _core.replay_lines(resp.iter_lines(), progress)
 
 
