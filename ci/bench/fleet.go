@@ -79,7 +79,7 @@ func benchFleet(ctx context.Context, e *env, execs int) error {
 	}
 	dp50, gp50 := pct(exDirect, 0.5), pct(exThrough, 0.5)
 	t.dur("  fleet: exec `true` through the gateway, p50", gp50, "hostd directly", dp50, "≤ 1.1× floor + 2 ms",
-		fmt.Sprintf("+%s; p99 %s against %s", ms(gp50-dp50), ms(pct(exThrough, 0.99)), ms(pct(exDirect, 0.99))))
+		fmt.Sprintf("%+.1f ms; p99 %s against %s", msf(gp50-dp50), ms(pct(exThrough, 0.99)), ms(pct(exDirect, 0.99))))
 	e.p.step("fleet: 64 MiB read, direct and through the gateway")
 	data := make([]byte, 64<<20)
 	rand.Read(data)
