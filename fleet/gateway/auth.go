@@ -82,7 +82,7 @@ func (c *keyCache) principal(r *http.Request) (store.APIKey, string, error) {
 		case err != nil:
 			return store.APIKey{}, "", err
 		}
-		if ck.key.LastUsed == nil || now.Sub(*ck.key.LastUsed) > time.Minute {
+		if k.LastUsed == nil || now.Sub(*k.LastUsed) > time.Minute {
 			tctx, tcancel := context.WithTimeout(context.WithoutCancel(r.Context()), c.timeout)
 			_ = c.st.TouchKey(tctx, k.ID, now)
 			tcancel()

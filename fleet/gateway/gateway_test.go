@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,41 +13,29 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/fleet/gateway"
+	"github.com/agentbox/agentbox/fleet/gateway/gatewaytest"
 	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/fleet/store"
-	"github.com/agentbox/agentbox/fleet/store/storetest"
 	"github.com/agentbox/agentbox/hostd"
-	"github.com/agentbox/agentbox/internal/pgserver"
 	"github.com/agentbox/agentbox/internal/waitfor"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
-var secret = []byte("a fleet secret for the gateway's tests")
-
-const adminKey = "ab_gateway-test-admin-key"
-
 // fleet is a real Postgres, hosts (hostds over the in-process driver, each
 // accepting its host token) and gateway replicas, all in this process.
 type fleet struct {
-	pg    *pgserver.Server
-	st    *store.Store
+	*gatewaytest.Fleet
 	hosts map[string]string // name → URL
-	gws   []string
 }
 
 func startFleet(t *testing.T, hosts ...string) *fleet {
 	t.Helper()
 	a := vmmtest.FindAssets(t)
-	ctx := context.Background()
-	st, pg := storetest.Open(t)
-	f := &fleet{pg: pg, st: st, hosts: map[string]string{}}
+	f := &fleet{Fleet: gatewaytest.Start(t), hosts: map[string]string{}}
 	for _, name := range hosts {
 		url := startHost(t, a, name)
 		f.hosts[name] = url
-		if _, _, err := st.Register(ctx, store.Registration{Name: name, Addr: url, TokenHash: hosttoken.Hash(hosttoken.Token(secret, name)),
-			TTL: time.Hour, Capacity: store.Capacity{MemMiB: 8192, VCPUs: 16, MaxSandboxes: 4}}); err != nil {
-			t.Fatal(err)
-		}
+		f.AddHost(t, name, url, store.Capacity{MemMiB: 8192, VCPUs: 16, MaxSandboxes: 4})
 	}
 	return f
 }
@@ -60,7 +47,7 @@ func startHost(t *testing.T, a vmmtest.Assets, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: hosttoken.Token(secret, name),
+	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: data, APIKey: gatewaytest.Token(name),
 		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage, Network: "off", BasePool: -1, NoCgroups: true,
 		Driver: vmmtest.NewFakeDriver(vmmtest.FakeOptions{}), Logger: slog.New(slog.NewTextHandler(logf, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,28 +65,7 @@ func startHost(t *testing.T, a vmmtest.Assets, name string) string {
 }
 
 // gateway starts a replica and returns its URL.
-func (f *fleet) gateway(t *testing.T) string {
-	t.Helper()
-	g, err := gateway.New(gateway.Config{Store: f.st, Secret: secret, SecretsKey: []byte("a key that seals the secrets"),
-		CallTimeout: time.Second, LeaseTTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Bootstrap(context.Background(), adminKey); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	u := "http://" + l.Addr().String()
-	f.gws = append(f.gws, u)
-	return u
-}
+func (f *fleet) gateway(t *testing.T) string { return f.Gateway(t) }
 
 func newClient(t *testing.T, url, key string) *client.Client {
 	t.Helper()
@@ -121,8 +87,8 @@ func wantCode(t *testing.T, err error, status int, code string) {
 func TestGatewayPlacesProxiesAndFences(t *testing.T) {
 	f := startFleet(t, "h1", "h2")
 	ctx := context.Background()
-	a := newClient(t, f.gateway(t), adminKey)
-	b := newClient(t, f.gateway(t), adminKey)
+	a := newClient(t, f.gateway(t), gatewaytest.AdminKey)
+	b := newClient(t, f.gateway(t), gatewaytest.AdminKey)
 
 	sb, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{MemoryMiB: 256, VCPUs: 1})
 	if err != nil {
@@ -136,7 +102,7 @@ func TestGatewayPlacesProxiesAndFences(t *testing.T) {
 	if err != nil || res.Stdout != "through the gateway" || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", res, err)
 	}
-	rec, err := f.st.Get(ctx, sb.ID)
+	rec, err := f.Store.Get(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +111,7 @@ func TestGatewayPlacesProxiesAndFences(t *testing.T) {
 		t.Fatalf("fork: %v %v", forks, err)
 	}
 	for _, fk := range forks {
-		if r, _ := f.st.Get(ctx, fk.ID); r.Host != rec.Host {
+		if r, _ := f.Store.Get(ctx, fk.ID); r.Host != rec.Host {
 			t.Fatalf("fork %s on %s, parent on %s", fk.ID, r.Host, rec.Host)
 		}
 	}
@@ -161,17 +127,17 @@ func TestGatewayPlacesProxiesAndFences(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.st.Get(ctx, forks[0].ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.Store.Get(ctx, forks[0].ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("deleted fork's record: %v", err)
 	}
 
 	// The host's lease lapses: its sandbox is lost, with why.
-	h, _ := f.st.GetHost(ctx, rec.Host)
-	if err := f.st.Heartbeat(ctx, rec.Host, h.Epoch, time.Millisecond, store.Capacity{MemMiB: 8192, VCPUs: 16, MaxSandboxes: 4}); err != nil {
+	h, _ := f.Store.GetHost(ctx, rec.Host)
+	if err := f.Store.Heartbeat(ctx, rec.Host, h.Epoch, time.Millisecond, store.Capacity{MemMiB: 8192, VCPUs: 16, MaxSandboxes: 4}); err != nil {
 		t.Fatal(err)
 	}
 	waitfor.Cond(t, "the lease to expire", func() bool {
-		exp, err := f.st.ExpireLeases(ctx)
+		exp, err := f.Store.ExpireLeases(ctx)
 		return err == nil && len(exp) == 1
 	})
 	_, err = b.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}})
@@ -184,7 +150,7 @@ func TestGatewayPlacesProxiesAndFences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := f.st.Get(ctx, sb2.ID); r.Host == rec.Host {
+	if r, _ := f.Store.Get(ctx, sb2.ID); r.Host == rec.Host {
 		t.Fatalf("placed on the dead host %s", r.Host)
 	}
 }
@@ -192,7 +158,7 @@ func TestGatewayPlacesProxiesAndFences(t *testing.T) {
 func TestGatewayTenancyAcrossReplicas(t *testing.T) {
 	f := startFleet(t, "h1")
 	ctx := context.Background()
-	a := newClient(t, f.gateway(t), adminKey)
+	a := newClient(t, f.gateway(t), gatewaytest.AdminKey)
 	bURL := f.gateway(t)
 	if _, err := a.CreateProject(ctx, "p"); err != nil {
 		t.Fatal(err)
@@ -233,17 +199,17 @@ func TestGatewayTenancyAcrossReplicas(t *testing.T) {
 func TestGatewayDatabaseOutageFailsFast(t *testing.T) {
 	f := startFleet(t, "h1")
 	ctx := context.Background()
-	a := newClient(t, f.gateway(t), adminKey)
+	a := newClient(t, f.gateway(t), gatewaytest.AdminKey)
 	sb, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{MemoryMiB: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.pg.Stop(); err != nil {
+	if err := f.PG.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	_, err = a.CreateSandbox(ctx, client.CreateSandboxRequest{MemoryMiB: 128})
 	wantCode(t, err, http.StatusServiceUnavailable, gateway.CodeFleetUnavailable)
-	if err := f.pg.Start(ctx); err != nil {
+	if err := f.PG.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitfor.Cond(t, "calls to work again", func() bool {
@@ -258,11 +224,11 @@ func TestGatewayDatabaseOutageFailsFast(t *testing.T) {
 func TestGatewayRefusesAHostWithTheWrongToken(t *testing.T) {
 	f := startFleet(t)
 	ctx := context.Background()
-	if _, _, err := f.st.Register(ctx, store.Registration{Name: "rogue", Addr: "http://127.0.0.1:1", TokenHash: hosttoken.Hash("abh_wrong"),
+	if _, _, err := f.Store.Register(ctx, store.Registration{Name: "rogue", Addr: "http://127.0.0.1:1", TokenHash: hosttoken.Hash("abh_wrong"),
 		TTL: time.Hour, Capacity: store.Capacity{MemMiB: 1 << 20, VCPUs: 1 << 10}}); err != nil {
 		t.Fatal(err)
 	}
-	a := newClient(t, f.gateway(t), adminKey)
+	a := newClient(t, f.gateway(t), gatewaytest.AdminKey)
 	_, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{MemoryMiB: 128})
 	wantCode(t, err, http.StatusInsufficientStorage, gateway.CodeNoCapacity)
 	hosts, err := a.Hosts(ctx)
@@ -276,7 +242,7 @@ func TestGatewayRefusesAHostWithTheWrongToken(t *testing.T) {
 func TestGatewayAdoptsAHostsSnapshot(t *testing.T) {
 	f := startFleet(t, "h1")
 	ctx := context.Background()
-	host := newClient(t, f.hosts["h1"], hosttoken.Token(secret, "h1"))
+	host := newClient(t, f.hosts["h1"], gatewaytest.Token("h1"))
 	sb, err := host.CreateSandbox(ctx, client.CreateSandboxRequest{MemoryMiB: 128})
 	if err != nil {
 		t.Fatal(err)
@@ -285,15 +251,15 @@ func TestGatewayAdoptsAHostsSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newClient(t, f.gateway(t), adminKey)
+	a := newClient(t, f.gateway(t), gatewaytest.AdminKey)
 	restored, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{Snapshot: snap.ID, MemoryMiB: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o, err := f.st.GetObject(ctx, store.KindSnapshot, snap.ID); err != nil || o.Host != "h1" {
+	if o, err := f.Store.GetObject(ctx, store.KindSnapshot, snap.ID); err != nil || o.Host != "h1" {
 		t.Fatalf("snapshot record: %+v %v", o, err)
 	}
-	if r, err := f.st.Get(ctx, restored.ID); err != nil || r.Host != "h1" {
+	if r, err := f.Store.Get(ctx, restored.ID); err != nil || r.Host != "h1" {
 		t.Fatalf("restored on %+v %v", r, err)
 	}
 }

@@ -25,23 +25,40 @@ type hostsHealth struct {
 // every healthTTL; "unknown" when none answered).
 func (g *Gateway) health(ctx context.Context) apitypes.Health {
 	g.hh.mu.Lock()
+	h, stale := g.hh.got, time.Since(g.hh.at) >= healthTTL
+	if stale {
+		g.hh.at = time.Now() // one refresh at a time; the others answer what is known
+	}
+	g.hh.mu.Unlock()
+	if h.VMM == "" {
+		h = apitypes.Health{Status: "ok", VMM: "unknown", Accel: "unknown"}
+	}
+	if !stale {
+		return h
+	}
+	got, ok := g.askHostsHealth(ctx)
+	g.hh.mu.Lock()
 	defer g.hh.mu.Unlock()
-	if time.Since(g.hh.at) < healthTTL && g.hh.got.VMM != "" {
-		return g.hh.got
+	if !ok {
+		g.hh.at = time.Now().Add(time.Second - healthTTL) // no host answered: ask again in a second
+		return h
 	}
-	h := apitypes.Health{Status: "ok", VMM: "unknown", Accel: "unknown"}
-	if g.hh.got.VMM != "" {
-		h = g.hh.got
-	}
+	g.hh.got = got
+	return got
+}
+
+// askHostsHealth asks one live host what it runs.
+func (g *Gateway) askHostsHealth(ctx context.Context) (apitypes.Health, bool) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if hosts, err := g.liveHosts(cctx); err == nil && len(hosts) > 0 {
-		resp, b, err := g.fwd.call(cctx, hosts[0].Name, hosts[0].Addr, http.MethodGet, "/healthz", nil, http.Header{}, 1<<16)
-		var hh apitypes.Health
-		if err == nil && resp.StatusCode == http.StatusOK && json.Unmarshal(b, &hh) == nil && hh.VMM != "" {
-			h = apitypes.Health{Status: "ok", VMM: hh.VMM, Accel: hh.Accel}
-			g.hh.at, g.hh.got = time.Now(), h
-		}
+	hosts, err := g.liveHosts(cctx)
+	if err != nil || len(hosts) == 0 {
+		return apitypes.Health{}, false
 	}
-	return h
+	resp, b, err := g.fwd.call(cctx, hosts[0].Name, hosts[0].Addr, http.MethodGet, "/healthz", nil, http.Header{}, 1<<16)
+	var hh apitypes.Health
+	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(b, &hh) != nil || hh.VMM == "" {
+		return apitypes.Health{}, false
+	}
+	return apitypes.Health{Status: "ok", VMM: hh.VMM, Accel: hh.Accel}, true
 }

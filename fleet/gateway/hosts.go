@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/agentbox/agentbox/apitypes"
+	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/fleet/store"
 )
 
@@ -54,5 +55,5 @@ func (g *Gateway) hostInfo(h store.Host) apitypes.Host {
 	return apitypes.Host{Name: h.Name, Addr: h.Addr, State: h.State, Admin: h.Admin, Reason: h.Reason, Epoch: h.Epoch,
 		LeaseUntil: h.LeaseUntil, Heartbeat: h.Heartbeat, MemoryMiB: h.MemMiB, VCPUs: h.VCPUs, UsedMemoryMiB: h.UsedMemMiB,
 		UsedVCPUs: h.UsedVCPUs, Sandboxes: h.UsedSandboxes, MaxSandboxes: h.MaxSandboxes, Running: h.Running,
-		Templates: h.Templates, Warm: h.Warm, TokenAccepted: h.TokenHash == hashToken(g.fwd.token(h.Name))}
+		Templates: h.Templates, Warm: h.Warm, TokenAccepted: h.TokenHash == hosttoken.Hash(g.fwd.token(h.Name))}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/apitypes"
+	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/fleet/placement"
 	"github.com/agentbox/agentbox/fleet/store"
 )
@@ -146,7 +147,7 @@ func templateNote(n store.Need) string {
 func (g *Gateway) trusted(hosts []store.Host) []store.Host {
 	out := hosts[:0:0]
 	for _, h := range hosts {
-		if h.TokenHash == hashToken(g.fwd.token(h.Name)) {
+		if h.TokenHash == hosttoken.Hash(g.fwd.token(h.Name)) {
 			out = append(out, h)
 		}
 	}

@@ -163,7 +163,8 @@ func (g *Gateway) syncSecrets(ctx context.Context, h store.Host) error {
 	at := fmt.Sprintf("%s@%d", h.Name, h.Epoch)
 	g.synced.mu.Lock()
 	gen := g.synced.gen
-	done := g.synced.at != nil && g.synced.at[at] == gen+1
+	synced, ok := g.synced.at[at]
+	done := ok && synced == gen
 	g.synced.mu.Unlock()
 	if done {
 		return nil
@@ -194,7 +195,7 @@ func (g *Gateway) syncSecrets(ctx context.Context, h store.Host) error {
 	if g.synced.at == nil {
 		g.synced.at = map[string]int{}
 	}
-	g.synced.at[at] = gen + 1
+	g.synced.at[at] = gen
 	g.synced.mu.Unlock()
 	return nil
 }

@@ -248,8 +248,10 @@ func writeKeyFile(path, secret string) error {
 // at all, a new one is made and written to the admin key file.
 func (g *Gateway) Bootstrap(ctx context.Context, envKey string) error {
 	if envKey != "" {
-		k := store.APIKey{Name: "env", Project: store.DefaultProject, Role: store.RoleAdmin, Bootstrap: true, Hash: hashKey(envKey)}
-		k.ID, k.Prefix = "key_env_"+k.Hash[:12], strings.TrimPrefix(envKey, "ab_")[:min(8, len(strings.TrimPrefix(envKey, "ab_")))]
+		rest := strings.TrimPrefix(envKey, "ab_")
+		k := store.APIKey{Name: "env", Project: store.DefaultProject, Role: store.RoleAdmin, Bootstrap: true, Hash: hashKey(envKey),
+			Prefix: rest[:min(8, len(rest))]}
+		k.ID = "key_env_" + k.Hash[:12]
 		dctx, cancel := g.dbctx(ctx)
 		defer cancel()
 		if _, err := g.st.CreateKey(dctx, k); err != nil && !errors.Is(err, store.ErrExists) {
