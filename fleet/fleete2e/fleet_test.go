@@ -253,6 +253,9 @@ func fleetHostKilled(t *testing.T, e *env) {
 		}
 	}
 	vmms := e.f.VMMPIDs(i)
+	if len(vmms) == 0 {
+		t.Fatal("no VMM of the killed hostd outlived it: nothing to check the fencing with")
+	}
 	if err := e.f.StartHost(ctx, i); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +303,11 @@ func fleetGatewayKilledMidStream(t *testing.T, e *env) {
 	if err == nil {
 		t.Fatal("the stream through the killed replica ended cleanly")
 	}
-	<-seen
+	select {
+	case <-seen:
+	default:
+		t.Fatalf("the stream failed before the replica was killed: %v", err)
+	}
 	t.Cleanup(func() { _ = e.f.StartGateway(context.Background(), 0) })
 	exit := -1
 	err = e.b.Attach(ctx, sb.ID, execID, offset, func(ev client.Event) error {
@@ -341,6 +348,9 @@ func fleetPostgresOutage(t *testing.T, e *env) {
 		for _, p := range e.f.VMMPIDs(i) {
 			pids[p] = true
 		}
+	}
+	if len(pids) == 0 {
+		t.Fatal("found no VMM of the fleet's sandboxes")
 	}
 	logPSS(t, pids)
 	if err := e.f.StopPostgres(); err != nil {
