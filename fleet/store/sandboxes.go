@@ -31,15 +31,23 @@ type Sandbox struct {
 	HostAddr           string
 	HostState          string
 	HostEpochOfHostNow int64
+	// Durable is the manifest of the sandbox's last snapshot that is
+	// durable in object storage ("" = none), taken at DurableAt.
+	Durable   string
+	DurableAt time.Time
 }
 
 const sandboxCols = `s.id, s.project, s.host, s.host_epoch, s.generation, s.state, s.reason, s.template, s.parent,
-	s.memory_mib, s.vcpus, s.created_at, s.updated_at, h.addr, h.state, h.epoch`
+	s.memory_mib, s.vcpus, s.created_at, s.updated_at, h.addr, h.state, h.epoch, s.durable_manifest, s.durable_at`
 
 func scanSandbox(r pgx.Row) (Sandbox, error) {
 	var b Sandbox
+	var at *time.Time
 	err := r.Scan(&b.ID, &b.Project, &b.Host, &b.HostEpoch, &b.Gen, &b.State, &b.Reason, &b.Template, &b.Parent,
-		&b.MemoryMiB, &b.VCPUs, &b.Created, &b.Updated, &b.HostAddr, &b.HostState, &b.HostEpochOfHostNow)
+		&b.MemoryMiB, &b.VCPUs, &b.Created, &b.Updated, &b.HostAddr, &b.HostState, &b.HostEpochOfHostNow, &b.Durable, &at)
+	if at != nil {
+		b.DurableAt = *at
+	}
 	return b, err
 }
 
@@ -202,6 +210,26 @@ func (s *Store) SetState(ctx context.Context, id, state string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE sandboxes SET state = $2, generation = generation + 1, updated_at = now()
 		WHERE id = $1 AND state IN ('running', 'paused')`, id, state)
 	return wrap(err)
+}
+
+// SetDurable records that sandboxID's snapshot manifest is durable in
+// object storage since at (a host reports it after a durable pause or a
+// checkpoint). An older report than the recorded one changes nothing, so
+// reports that cross keep the newest; a sandbox without a row (deleted
+// meanwhile) is ErrNotFound.
+func (s *Store) SetDurable(ctx context.Context, sandboxID, manifest string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET durable_manifest = $2, durable_at = $3, updated_at = now()
+		WHERE id = $1 AND (durable_at IS NULL OR durable_at <= $3)`, sandboxID, manifest, at)
+	if err != nil {
+		return fmt.Errorf("fleet store: durable %s: %w", sandboxID, wrap(err))
+	}
+	if tag.RowsAffected() == 0 {
+		var one int
+		if err := s.pool.QueryRow(ctx, `SELECT 1 FROM sandboxes WHERE id = $1`, sandboxID).Scan(&one); err != nil {
+			return fmt.Errorf("fleet store: durable %s: %w", sandboxID, wrap(err))
+		}
+	}
+	return nil
 }
 
 // Forget drops the rows of sandboxes that their host, in epoch, reports it

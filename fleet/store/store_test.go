@@ -143,3 +143,34 @@ func TestRevocationIsAnnounced(t *testing.T) {
 	cancel()
 	<-done
 }
+
+func TestSetDurableKeepsTheNewest(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	register(t, st, "a", time.Hour, store.Capacity{MemMiB: 1024, VCPUs: 8})
+	r, err := st.Reserve(ctx, store.Need{Project: store.DefaultProject, MemoryMiB: 64, VCPUs: 1}, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, r.Placeholders[0], "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := st.Get(ctx, "sb-1"); sb.Durable != "" || !sb.DurableAt.IsZero() {
+		t.Fatalf("new sandbox durable: %+v", sb)
+	}
+	t1 := time.Now().Truncate(time.Microsecond)
+	if err := st.SetDurable(ctx, "sb-1", "m-2", t1.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// An older report that arrives late changes nothing.
+	if err := st.SetDurable(ctx, "sb-1", "m-1", t1); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := st.Get(ctx, "sb-1")
+	if err != nil || sb.Durable != "m-2" || !sb.DurableAt.Equal(t1.Add(time.Second)) {
+		t.Fatalf("durable %q at %v (%v)", sb.Durable, sb.DurableAt, err)
+	}
+	if err := st.SetDurable(ctx, "sb-none", "m", t1); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown sandbox: %v", err)
+	}
+}
