@@ -47,10 +47,18 @@ type Leader struct {
 	Logger *slog.Logger
 	// Name names this replica in the logs.
 	Name string
+	// Collect, if set, deletes the snapshot chunks no manifest
+	// references (fleet/store's CollectChunks over the fleet's bucket) and
+	// returns how many; the leader runs it every CollectEvery (default
+	// 10 minutes) while it leads.
+	Collect      func(ctx context.Context) (int, error)
+	CollectEvery time.Duration
 
 	leading        atomic.Bool
 	expired, lost  atomic.Int64
 	refused, terms atomic.Int64
+	paused         atomic.Int64
+	collected      atomic.Int64
 	once           sync.Once
 }
 
@@ -58,8 +66,11 @@ type Leader struct {
 type Counters struct {
 	// Terms is how many times this replica took the lead.
 	Terms int64
-	// LeasesExpired and SandboxesLost are what its expiries ended.
-	LeasesExpired, SandboxesLost int64
+	// LeasesExpired and SandboxesLost are what its expiries ended;
+	// SandboxesPaused the sandboxes they kept from a durable snapshot.
+	LeasesExpired, SandboxesLost, SandboxesPaused int64
+	// ChunksCollected is how many unreferenced chunks its GC deleted.
+	ChunksCollected int64
 	// HostsRefused is how many hosts it refused for their token.
 	HostsRefused int64
 }
@@ -69,7 +80,8 @@ func (l *Leader) IsLeader() bool { return l.leading.Load() }
 
 // Counters returns the leader's totals.
 func (l *Leader) Counters() Counters {
-	return Counters{Terms: l.terms.Load(), LeasesExpired: l.expired.Load(), SandboxesLost: l.lost.Load(), HostsRefused: l.refused.Load()}
+	return Counters{Terms: l.terms.Load(), LeasesExpired: l.expired.Load(), SandboxesLost: l.lost.Load(), HostsRefused: l.refused.Load(),
+		SandboxesPaused: l.paused.Load(), ChunksCollected: l.collected.Load()}
 }
 
 // Metrics writes the counters in Prometheus' text format.
@@ -94,7 +106,13 @@ agentbox_fleet_sandboxes_lost_total %d
 # HELP agentbox_fleet_hosts_refused_total Hosts this replica refused for a wrong token.
 # TYPE agentbox_fleet_hosts_refused_total counter
 agentbox_fleet_hosts_refused_total %d
-`, lead, c.Terms, c.LeasesExpired, c.SandboxesLost, c.HostsRefused)
+# HELP agentbox_fleet_sandboxes_paused_total Sandboxes of dead hosts kept paused from a durable snapshot.
+# TYPE agentbox_fleet_sandboxes_paused_total counter
+agentbox_fleet_sandboxes_paused_total %d
+# HELP agentbox_fleet_chunks_collected_total Unreferenced snapshot chunks this replica deleted.
+# TYPE agentbox_fleet_chunks_collected_total counter
+agentbox_fleet_chunks_collected_total %d
+`, lead, c.Terms, c.LeasesExpired, c.SandboxesLost, c.HostsRefused, c.SandboxesPaused, c.ChunksCollected)
 }
 
 func (l *Leader) defaults() {
@@ -107,6 +125,9 @@ func (l *Leader) defaults() {
 		}
 		if l.Logger == nil {
 			l.Logger = slog.Default()
+		}
+		if l.CollectEvery <= 0 {
+			l.CollectEvery = 10 * time.Minute
 		}
 	})
 }
@@ -152,6 +173,13 @@ func (l *Leader) lead(ctx context.Context, lock *store.LeaderLock, tick time.Dur
 	log.Info("fleet leader: took the lead", "leases_extended", n, "ttl", l.TTL)
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	if l.Collect != nil {
+		gctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); l.collect(gctx, log) }()
+		defer func() { stop(); wg.Wait() }()
+	}
 	for {
 		if err := lock.Check(ctx); err != nil {
 			if ctx.Err() == nil {
@@ -175,6 +203,28 @@ func (l *Leader) lead(ctx context.Context, lock *store.LeaderLock, tick time.Dur
 	}
 }
 
+// collect runs Collect every CollectEvery until ctx ends (the lead is
+// lost or the replica stops).
+func (l *Leader) collect(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(l.CollectEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := l.Collect(ctx)
+		l.collected.Add(int64(n))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("fleet leader: chunk collection", "chunks_deleted", n, "err", err)
+		case n > 0:
+			log.Info("fleet leader: collected unreferenced chunks", "chunks_deleted", n)
+		}
+	}
+}
+
 // round expires lapsed leases and refuses hosts with a wrong token.
 func (l *Leader) round(ctx context.Context, log *slog.Logger) error {
 	exp, err := l.Store.ExpireLeases(ctx)
@@ -184,7 +234,9 @@ func (l *Leader) round(ctx context.Context, log *slog.Logger) error {
 	for _, e := range exp {
 		l.expired.Add(1)
 		l.lost.Add(int64(e.Lost))
-		log.Warn("fleet leader: host lease expired", "host", e.Host, "lease_until", e.LeaseUntil, "sandboxes_lost", e.Lost)
+		l.paused.Add(int64(e.Paused))
+		log.Warn("fleet leader: host lease expired", "host", e.Host, "lease_until", e.LeaseUntil, "sandboxes_lost", e.Lost,
+			"sandboxes_paused", e.Paused)
 	}
 	if l.Secret == nil {
 		return nil

@@ -172,12 +172,16 @@ type Expired struct {
 	Host       string
 	LeaseUntil time.Time
 	Lost       int
+	// Paused is how many of its sandboxes had a durable snapshot: they
+	// became paused, to resume on another host.
+	Paused int
 }
 
 // ExpireLeases ends the epoch of every live host whose lease lapsed before
 // the database's now: the host becomes dead, its epoch is bumped (fencing
 // whatever its old life still writes) and its sandboxes become lost with
-// the reason. Only the leader calls it.
+// the reason, but those with a durable snapshot, which become paused (they
+// resume from it on another host). Only the leader calls it.
 func (s *Store) ExpireLeases(ctx context.Context) ([]Expired, error) {
 	var out []Expired
 	err := s.tx(ctx, func(tx pgx.Tx) error {
@@ -195,9 +199,18 @@ func (s *Store) ExpireLeases(ctx context.Context) ([]Expired, error) {
 			return err
 		}
 		for i, e := range out {
-			tag, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'lost', generation = generation + 1, updated_at = now(),
+			at := e.LeaseUntil.UTC().Format(time.RFC3339Nano)
+			tag, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'paused', generation = generation + 1, updated_at = now(),
+				reason = 'host ' || host || ' stopped answering (its lease expired at ' || $2 || '); it resumes from its durable snapshot of '
+					|| to_char(durable_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || ' on another host'
+				WHERE host = $1 AND state IN ('running', 'paused') AND durable_manifest <> ''`, e.Host, at)
+			if err != nil {
+				return err
+			}
+			out[i].Paused = int(tag.RowsAffected())
+			tag, err = tx.Exec(ctx, `UPDATE sandboxes SET state = 'lost', generation = generation + 1, updated_at = now(),
 				reason = 'host ' || host || ' stopped answering: its lease expired at ' || $2
-				WHERE host = $1 AND state <> 'lost'`, e.Host, e.LeaseUntil.UTC().Format(time.RFC3339Nano))
+				WHERE host = $1 AND state <> 'lost' AND NOT (state = 'paused' AND durable_manifest <> '')`, e.Host, at)
 			if err != nil {
 				return err
 			}

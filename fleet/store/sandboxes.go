@@ -35,18 +35,28 @@ type Sandbox struct {
 	// durable in object storage ("" = none), taken at DurableAt.
 	Durable   string
 	DurableAt time.Time
+	// MovingUntil, while in the future, marks a sandbox a migrate is
+	// moving between hosts.
+	MovingUntil time.Time
 }
 
+// Portable reports whether the sandbox can come back on another host: it
+// is paused and its last pause is durable in object storage.
+func (b Sandbox) Portable() bool { return b.State == StatePaused && b.Durable != "" }
+
 const sandboxCols = `s.id, s.project, s.host, s.host_epoch, s.generation, s.state, s.reason, s.template, s.parent,
-	s.memory_mib, s.vcpus, s.created_at, s.updated_at, h.addr, h.state, h.epoch, s.durable_manifest, s.durable_at`
+	s.memory_mib, s.vcpus, s.created_at, s.updated_at, h.addr, h.state, h.epoch, s.durable_manifest, s.durable_at, s.moving_until`
 
 func scanSandbox(r pgx.Row) (Sandbox, error) {
 	var b Sandbox
-	var at *time.Time
+	var at, moving *time.Time
 	err := r.Scan(&b.ID, &b.Project, &b.Host, &b.HostEpoch, &b.Gen, &b.State, &b.Reason, &b.Template, &b.Parent,
-		&b.MemoryMiB, &b.VCPUs, &b.Created, &b.Updated, &b.HostAddr, &b.HostState, &b.HostEpochOfHostNow, &b.Durable, &at)
+		&b.MemoryMiB, &b.VCPUs, &b.Created, &b.Updated, &b.HostAddr, &b.HostState, &b.HostEpochOfHostNow, &b.Durable, &at, &moving)
 	if at != nil {
 		b.DurableAt = *at
+	}
+	if moving != nil {
+		b.MovingUntil = *moving
 	}
 	return b, err
 }
@@ -232,6 +242,85 @@ func (s *Store) SetDurable(ctx context.Context, sandboxID, manifest string, at t
 	return nil
 }
 
+// Move re-homes sandbox id, if its row is still at generation gen, to
+// the first of candidates that has room for it (checked as Reserve does),
+// in that host's current epoch, with state (StateRunning or StatePaused):
+// the row's host, epoch and state change and its generation goes up in
+// one transaction, and both hosts' counters are recounted. A row that
+// changed meanwhile is ErrFenced; no room is ErrNoCapacity.
+func (s *Store) Move(ctx context.Context, id string, gen int64, candidates []string, state string) (Host, error) {
+	var to Host
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var from string
+		var mem, cpu int64
+		err := tx.QueryRow(ctx, `SELECT host, memory_mib, vcpus FROM sandboxes WHERE id = $1 AND generation = $2
+			AND state IN ('running', 'paused', 'lost') FOR UPDATE`, id, gen).Scan(&from, &mem, &cpu)
+		if err == pgx.ErrNoRows {
+			return fmt.Errorf("%w: sandbox %s changed (generation %d is not its own)", ErrFenced, id, gen)
+		}
+		if err != nil {
+			return err
+		}
+		for _, name := range candidates {
+			if name == from {
+				continue
+			}
+			h, err := scanHost(tx.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE name = $1 AND state = 'live' AND admin = 'active'
+				AND lease_until > now() AND used_mem_mib + $2 <= mem_mib AND used_vcpus + $3 <= vcpus
+				AND (max_sandboxes = 0 OR used_sandboxes + 1 <= max_sandboxes) FOR UPDATE`, name, mem, cpu))
+			if err == pgx.ErrNoRows {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE sandboxes SET host = $2, host_epoch = $3, state = $4, reason = '',
+				generation = generation + 1, updated_at = now() WHERE id = $1`, id, h.Name, h.Epoch, state); err != nil {
+				return err
+			}
+			for _, n := range []string{from, h.Name} {
+				if _, err := tx.Exec(ctx, recount, n); err != nil {
+					return err
+				}
+			}
+			to = h
+			return nil
+		}
+		return fmt.Errorf("%w: sandbox %s (%d MiB, %d vCPUs) fits none of %d other host(s)", ErrNoCapacity, id, mem, cpu, len(candidates))
+	})
+	if err != nil {
+		return Host{}, fmt.Errorf("fleet store: move %s: %w", id, err)
+	}
+	return to, nil
+}
+
+// SetMoving marks sandbox id as being moved until until (a migrate holds
+// it), if no other move holds it now; false means one does. A zero until
+// clears the mark.
+func (s *Store) SetMoving(ctx context.Context, id string, until time.Time) (bool, error) {
+	if until.IsZero() {
+		_, err := s.pool.Exec(ctx, `UPDATE sandboxes SET moving_until = NULL WHERE id = $1`, id)
+		return true, wrap(err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET moving_until = $2 WHERE id = $1
+		AND (moving_until IS NULL OR moving_until < now())`, id, until)
+	if err != nil {
+		return false, fmt.Errorf("fleet store: moving %s: %w", id, wrap(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// OnHost lists the sandboxes on host that are not lost nor placing.
+func (s *Store) OnHost(ctx context.Context, host string) ([]Sandbox, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+sandboxCols+` FROM sandboxes s JOIN hosts h ON h.name = s.host
+		WHERE s.host = $1 AND s.state IN ('running', 'paused') ORDER BY s.created_at, s.id`, host)
+	if err != nil {
+		return nil, fmt.Errorf("fleet store: sandboxes of %s: %w", host, wrap(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sandbox, error) { return scanSandbox(r) })
+	return out, wrap(err)
+}
+
 // Forget drops the rows of sandboxes that their host, in epoch, reports it
 // no longer has (a timeout deleted them), when they were placed before
 // before. Nothing is written if epoch is not the host's.
@@ -245,8 +334,10 @@ func (s *Store) Forget(ctx context.Context, host string, epoch int64, ids []stri
 		if cur != epoch {
 			return fmt.Errorf("%w: host %s epoch %d (now %d)", ErrFenced, host, epoch, cur)
 		}
+		// A durable paused sandbox the host lacks is not gone: it is in
+		// object storage, and the host imports it on its next resume.
 		tag, err := tx.Exec(ctx, `DELETE FROM sandboxes WHERE host = $1 AND id = ANY($2) AND state IN ('running', 'paused')
-			AND created_at < $3`, host, ids, before)
+			AND created_at < $3 AND NOT (state = 'paused' AND durable_manifest <> '')`, host, ids, before)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,90 @@ func TestSetDurableKeepsTheNewest(t *testing.T) {
 	}
 	if err := st.SetDurable(ctx, "sb-none", "m", t1); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown sandbox: %v", err)
+	}
+}
+
+func place(t *testing.T, st *store.Store, host, id string) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := st.Reserve(ctx, store.Need{Project: store.DefaultProject, MemoryMiB: 256, VCPUs: 1}, []string{host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, r.Placeholders[0], id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDurableSandboxesOfADeadHostArePausedAndMove(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	ep := register(t, st, "a", time.Hour, store.Capacity{MemMiB: 1024, VCPUs: 8})
+	register(t, st, "b", time.Hour, store.Capacity{MemMiB: 512, VCPUs: 8})
+	place(t, st, "a", "sb-durable")
+	place(t, st, "a", "sb-plain")
+	if err := st.SetDurable(ctx, "sb-durable", "m-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// The host lacks a durable paused sandbox: that is no reason to forget it.
+	if err := st.SetState(ctx, "sb-durable", store.StatePaused); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.Forget(ctx, "a", ep, []string{"sb-durable"}, time.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("forgot %d durable paused (%v)", n, err)
+	}
+	_ = st.SetState(ctx, "sb-durable", store.StateRunning)
+	if err := st.Heartbeat(ctx, "a", ep, time.Millisecond, store.Capacity{MemMiB: 1024, VCPUs: 8}); err != nil {
+		t.Fatal(err)
+	}
+	var exp []store.Expired
+	for len(exp) == 0 {
+		var err error
+		if exp, err = st.ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(exp) != 1 || exp[0].Lost != 1 || exp[0].Paused != 1 {
+		t.Fatalf("expired %+v", exp)
+	}
+	sb, err := st.Get(ctx, "sb-durable")
+	if err != nil || sb.State != store.StatePaused || !sb.Portable() || !strings.Contains(sb.Reason, "durable snapshot") {
+		t.Fatalf("durable sandbox after expiry: %+v %v", sb, err)
+	}
+	if sb, _ := st.Get(ctx, "sb-plain"); sb.State != store.StateLost {
+		t.Fatalf("plain sandbox after expiry: %+v", sb)
+	}
+	// A stale generation is refused; the current one moves to b.
+	if _, err := st.Move(ctx, "sb-durable", sb.Gen-1, []string{"a", "b"}, store.StatePaused); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale move: %v", err)
+	}
+	h, err := st.Move(ctx, "sb-durable", sb.Gen, []string{"a", "b"}, store.StatePaused)
+	if err != nil || h.Name != "b" {
+		t.Fatalf("move: %+v %v", h, err)
+	}
+	moved, _ := st.Get(ctx, "sb-durable")
+	if moved.Host != "b" || moved.HostEpoch != h.Epoch || moved.Gen != sb.Gen+1 || moved.Durable != "m-1" {
+		t.Fatalf("moved row %+v", moved)
+	}
+	if hb, _ := st.GetHost(ctx, "b"); hb.UsedSandboxes != 1 || hb.UsedMemMiB != 256 {
+		t.Fatalf("b's counters %+v", hb)
+	}
+	// b has room for one more 256 MiB sandbox, not two.
+	place(t, st, "b", "sb-b")
+	if _, err := st.Move(ctx, "sb-b", 1, []string{"b"}, store.StatePaused); !errors.Is(err, store.ErrNoCapacity) {
+		t.Fatalf("move to its own host: %v", err)
+	}
+	if ok, err := st.SetMoving(ctx, "sb-b", time.Now().Add(time.Minute)); !ok || err != nil {
+		t.Fatalf("mark moving: %v %v", ok, err)
+	}
+	if ok, _ := st.SetMoving(ctx, "sb-b", time.Now().Add(time.Minute)); ok {
+		t.Fatal("two moves at once")
+	}
+	if sb, _ := st.Get(ctx, "sb-b"); !sb.MovingUntil.After(time.Now()) {
+		t.Fatalf("moving mark %+v", sb)
+	}
+	_, _ = st.SetMoving(ctx, "sb-b", time.Time{})
+	if on, err := st.OnHost(ctx, "b"); err != nil || len(on) != 2 {
+		t.Fatalf("on b: %v %v", on, err)
 	}
 }
