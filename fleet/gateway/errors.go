@@ -27,6 +27,13 @@ const (
 	CodeKeyNotFound      = "key_not_found"
 	CodeProjectNotFound  = "project_not_found"
 	CodeProjectExists    = "project_exists"
+	// CodeSandboxMoving is a call on a sandbox that a migrate or a drain
+	// is moving between hosts: 503 with Retry-After (409 for a second
+	// migrate); retry, and re-attach streams by offset.
+	CodeSandboxMoving = "sandbox_moving"
+	// CodeNotDurable is a migrate that cannot be: the fleet, or the
+	// sandbox's host, has no snapshot store.
+	CodeNotDurable = "not_durable"
 )
 
 // apiError is an error with its HTTP status and code.

@@ -47,6 +47,12 @@ type Config struct {
 	// AdminKeyFile receives the admin key that Bootstrap or a rotation
 	// makes (mode 0600).
 	AdminKeyFile string
+	// Portable says the hosts share an object store for snapshots (their
+	// --snapshot-store, issue 40): a pause is durable there, a paused
+	// sandbox resumes on any host when its own is gone, sandboxes migrate
+	// and drain, and snapshots and templates are no longer pinned to the
+	// host that made them. Without it they are.
+	Portable bool
 	// Leader, if set, runs for the gateway's life (fleet/lease's leader).
 	Leader interface {
 		Run(ctx context.Context) error

@@ -44,6 +44,11 @@ func (g *Gateway) hostsAPI(w http.ResponseWriter, r *http.Request, rest []string
 			return "hosts"
 		}
 		g.log.Info("host admin state", "host", h.Name, "admin", admin)
+		if admin == store.AdminDraining && g.cfg.Portable {
+			cancel()
+			g.writeDrain(w, r, h)
+			return "hosts_drain"
+		}
 		writeJSON(w, http.StatusOK, g.hostInfo(h))
 	default:
 		g.writeError(w, errorf(http.StatusMethodNotAllowed, CodeInvalid, "method %s not allowed", r.Method))

@@ -244,6 +244,13 @@ func (g *Gateway) createTemplate(w http.ResponseWriter, r *http.Request) {
 			g.writeError(w, err)
 			return
 		}
+		if g.cfg.Portable && !host.Placeable(time.Now()) {
+			// Its host is gone or drained: another imports the snapshot.
+			if host, err = g.roomiest(r.Context()); err != nil {
+				g.writeError(w, err)
+				return
+			}
+		}
 	} else if host, err = g.roomiest(r.Context()); err != nil {
 		g.writeError(w, err)
 		return

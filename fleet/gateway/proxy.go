@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,9 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/agentbox/agentbox/apitypes"
 	"github.com/agentbox/agentbox/fleet/hosttoken"
+	"github.com/agentbox/agentbox/fleet/store"
 )
 
 // target is the host a request goes to.
@@ -24,6 +27,9 @@ type target struct {
 	// after, if set, sees the host's response before the caller does (to
 	// record what it changed); it may read and replace the body.
 	after func(*http.Response) error
+	// sandbox, when set, is the sandbox the call is about: a failure
+	// while it moves between hosts is answered as retryable.
+	sandbox store.Sandbox
 }
 
 type targetKey struct{}
@@ -81,6 +87,18 @@ func (f *forwarder) token(host string) string { return hosttoken.Token(f.g.cfg.S
 
 func (f *forwarder) modify(resp *http.Response) error {
 	t := resp.Request.Context().Value(targetKey{}).(target)
+	if resp.StatusCode >= 400 && f.g.moved(resp.Request.Context(), t.sandbox) {
+		f.g.log.Info("a call failed on a sandbox that moved; answered retryable", "sandbox_id", t.sandbox.ID, "host", t.host,
+			"status", resp.StatusCode)
+		resp.Body.Close()
+		b, _ := json.Marshal(apitypes.Error{Error: apitypes.ErrorBody{Code: CodeSandboxMoving,
+			Message: "sandbox " + t.sandbox.ID + " moved to another host while this call ran on " + t.host + "; retry (re-attach exec streams by offset)"}})
+		resp.StatusCode, resp.Status = http.StatusServiceUnavailable, "503 Service Unavailable"
+		resp.Header = http.Header{"Content-Type": {"application/json"}, "Retry-After": {f.g.retryAfter()}}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		return nil
+	}
 	if t.after == nil {
 		return nil
 	}
@@ -95,8 +113,23 @@ func (f *forwarder) failed(w http.ResponseWriter, r *http.Request, err error) {
 		f.g.writeError(w, errorf(http.StatusUnauthorized, CodeUnauthorized, "request ended: %v", context.Cause(r.Context())))
 		return
 	}
+	if f.g.moved(r.Context(), t.sandbox) {
+		f.g.writeError(w, &apiError{status: http.StatusServiceUnavailable, code: CodeSandboxMoving, retryAfter: true,
+			msg: fmt.Sprintf("sandbox %s moved to another host while this call ran on %s (%v); retry (re-attach exec streams by offset)", t.sandbox.ID, t.host, err)})
+		return
+	}
 	f.g.writeError(w, &apiError{status: http.StatusBadGateway, code: CodeHostUnavailable, retryAfter: true,
 		msg: fmt.Sprintf("host %s did not answer: %v", t.host, err)})
+}
+
+// moved reports whether sb (a call's sandbox, when set) is being moved
+// or has moved off the host the call went to.
+func (g *Gateway) moved(ctx context.Context, sb store.Sandbox) bool {
+	if !g.cfg.Portable || sb.ID == "" {
+		return false
+	}
+	cur, err := g.fresh(ctx, sb.ID)
+	return err == nil && (cur.Host != sb.Host || cur.HostEpoch != sb.HostEpoch || cur.MovingUntil.After(time.Now()))
 }
 
 // call makes one request to a host with its token and returns the

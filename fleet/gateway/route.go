@@ -112,9 +112,11 @@ func (g *Gateway) sandboxes(w http.ResponseWriter, r *http.Request, rest []strin
 		return "fork"
 	}
 	sb, err := g.reachSandbox(r.Context(), rest[0])
-	if errorCode(err) == CodeSandboxLost && len(rest) == 1 && r.Method == http.MethodDelete {
+	gone := err == nil && sb.Portable() && sb.HostState != store.HostLive
+	if (errorCode(err) == CodeSandboxLost || gone) && len(rest) == 1 && r.Method == http.MethodDelete {
 		// A lost sandbox's host is gone, or fenced it: its record is all
-		// there is to delete.
+		// there is to delete. (A durable one's snapshot stays in the
+		// store: GC collects its chunks once its refs go.)
 		dctx, cancel := g.dbctx(r.Context())
 		defer cancel()
 		if err := g.st.Delete(dctx, sb.ID); err != nil {
@@ -127,6 +129,22 @@ func (g *Gateway) sandboxes(w http.ResponseWriter, r *http.Request, rest []strin
 	if err != nil {
 		g.writeError(w, err)
 		return "sandbox"
+	}
+	if len(rest) == 2 && rest[1] == "migrate" && r.Method == http.MethodPost {
+		g.migrate(w, r, sb)
+		return "sandbox_migrate"
+	}
+	if g.cfg.Portable && sb.Portable() && r.Method != http.MethodDelete {
+		moved, a, err := g.rehome(r.Context(), sb)
+		if err != nil {
+			g.writeHostError(w, err)
+			return "sandbox"
+		}
+		if a != nil && len(rest) == 2 && rest[1] == "resume" {
+			relay(w, a.resp, a.body)
+			return "sandbox_resume"
+		}
+		sb = moved
 	}
 	g.proxySandbox(w, r, sb, rest[1:])
 	if len(rest) >= 2 && knownOps[rest[1]] {
@@ -151,6 +169,11 @@ func (g *Gateway) reachSandbox(ctx context.Context, id string) (store.Sandbox, e
 		return store.Sandbox{}, err
 	case sb.State == store.StateLost:
 		return sb, errorf(http.StatusGone, CodeSandboxLost, "sandbox %s was lost: %s", id, sb.Reason)
+	case sb.MovingUntil.After(time.Now()):
+		return sb, &apiError{status: http.StatusServiceUnavailable, code: CodeSandboxMoving, retryAfter: true,
+			msg: "sandbox " + id + " is moving from host " + sb.Host + " to another; retry (re-attach exec streams by offset)"}
+	case sb.HostState != store.HostLive && g.cfg.Portable && sb.Portable():
+		return sb, nil // it resumes on another host (rehome)
 	case sb.HostState != store.HostLive:
 		return sb, &apiError{status: http.StatusServiceUnavailable, code: CodeHostUnavailable, retryAfter: true,
 			msg: "sandbox " + id + "'s host " + sb.Host + " is " + sb.HostState + "; retry"}
@@ -210,7 +233,14 @@ func (g *Gateway) serviceURL(w http.ResponseWriter, r *http.Request, id string) 
 		g.writeError(w, err)
 		return
 	}
-	g.fwd.forward(w, r, target{host: sb.Host, addr: sb.HostAddr, keepAuth: r.Header.Get("Authorization") == ""})
+	if g.cfg.Portable && sb.Portable() {
+		// Auto-resume by a service URL: on a host that holds it.
+		if sb, _, err = g.rehome(r.Context(), sb); err != nil {
+			g.writeHostError(w, err)
+			return
+		}
+	}
+	g.fwd.forward(w, r, target{host: sb.Host, addr: sb.HostAddr, keepAuth: r.Header.Get("Authorization") == "", sandbox: sb})
 }
 
 // statusWriter records the status of a response; it passes Flush and
@@ -245,4 +275,4 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // knownOps are the per-sandbox routes that get a metrics label of their own.
 var knownOps = map[string]bool{"exec": true, "files": true, "ports": true, "snapshots": true, "pause": true, "resume": true,
-	"timeout": true, "usage": true, "network": true, "events": true}
+	"timeout": true, "usage": true, "network": true, "events": true, "migrate": true}

@@ -47,7 +47,7 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, err)
 		return
 	}
-	res, err := g.place(r.Context(), need, only)
+	res, err := g.placeNear(r.Context(), need, only)
 	if err != nil {
 		g.writeError(w, err)
 		return
@@ -84,17 +84,20 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request) {
 	relay(w, resp, out)
 }
 
-// pinned returns the hosts a create must go to: a snapshot's own host;
-// nil is any host.
+// pinned returns the hosts a create must go to (or, with portable
+// snapshots, should go to first): a snapshot's own host; nil is any host.
 //
-// A template that the fleet built is on the host that built it (until
-// snapshots move between hosts); a host's own templates are anywhere.
+// A template that the fleet built is on the host that built it (with
+// portable snapshots any other host fetches it once); a host's own
+// templates are anywhere.
 func (g *Gateway) pinned(ctx context.Context, req apitypes.CreateSandboxRequest) ([]string, error) {
 	kind, id := store.KindSnapshot, req.Snapshot
 	if id == "" {
 		kind, id = store.KindTemplate, req.Template
 	}
-	if id == "" {
+	if id == "" || kind == store.KindTemplate && g.cfg.Portable {
+		// Portable templates go where placement puts them (hosts that hold
+		// one come first); a host that lacks it fetches it once.
 		return nil, nil
 	}
 	o, err := g.reachObject(ctx, kind, id)
@@ -105,6 +108,17 @@ func (g *Gateway) pinned(ctx context.Context, req apitypes.CreateSandboxRequest)
 		return nil, err
 	}
 	return []string{o.Host}, nil
+}
+
+// placeNear places need on only (a snapshot's or template's own host),
+// or, with portable snapshots, on any host when that one is gone or full
+// (the host imports the snapshot or template from the store).
+func (g *Gateway) placeNear(ctx context.Context, need store.Need, only []string) (store.Reservation, error) {
+	res, err := g.place(ctx, need, only)
+	if err != nil && only != nil && g.cfg.Portable && errors.Is(err, store.ErrNoCapacity) {
+		return g.place(ctx, need, nil)
+	}
+	return res, err
 }
 
 // place chooses hosts for need (only, when set, limits them) and reserves
@@ -240,7 +254,7 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request, id string) {
 // proxySandbox forwards a call on one sandbox to its host, and records
 // what a delete, pause or resume changed.
 func (g *Gateway) proxySandbox(w http.ResponseWriter, r *http.Request, sb store.Sandbox, rest []string) {
-	t := target{host: sb.Host, addr: sb.HostAddr}
+	t := target{host: sb.Host, addr: sb.HostAddr, sandbox: sb}
 	op := ""
 	if len(rest) > 0 {
 		op = rest[0]
@@ -256,10 +270,14 @@ func (g *Gateway) proxySandbox(w http.ResponseWriter, r *http.Request, sb store.
 	case len(rest) == 1 && (op == "pause" || op == "resume") && r.Method == http.MethodPost:
 		state := map[string]string{"pause": store.StatePaused, "resume": store.StateRunning}[op]
 		t.after = func(resp *http.Response) error {
-			if resp.StatusCode/100 == 2 {
-				dctx, cancel := g.dbctx(context.WithoutCancel(r.Context()))
-				defer cancel()
-				_ = g.st.SetState(dctx, sb.ID, state)
+			if resp.StatusCode/100 != 2 {
+				return nil
+			}
+			dctx, cancel := g.dbctx(context.WithoutCancel(r.Context()))
+			defer cancel()
+			_ = g.st.SetState(dctx, sb.ID, state)
+			if op == "pause" && g.cfg.Portable {
+				return g.recordDurable(dctx, resp, sb.ID)
 			}
 			return nil
 		}
@@ -267,6 +285,25 @@ func (g *Gateway) proxySandbox(w http.ResponseWriter, r *http.Request, sb store.
 		t.after = func(resp *http.Response) error { return g.recordSnapshot(r.Context(), resp, sb) }
 	}
 	g.fwd.forward(w, r, t)
+}
+
+// recordDurable records the durable manifest a pause's answer names (the
+// host's agent reports it too; the newer report wins).
+func (g *Gateway) recordDurable(ctx context.Context, resp *http.Response, id string) error {
+	b, err := readBody(resp, maxAnswer)
+	if err != nil {
+		return err
+	}
+	var p pausedInfo
+	if json.Unmarshal(b, &p) == nil && p.Durable && p.DurableManifest != "" {
+		if p.DurableAt.IsZero() {
+			p.DurableAt = time.Now()
+		}
+		if err := g.st.SetDurable(ctx, id, p.DurableManifest, p.DurableAt); err != nil {
+			g.log.Warn("durable pause not recorded (the host's agent records it)", "sandbox_id", id, "err", err)
+		}
+	}
+	return nil
 }
 
 func (g *Gateway) recordDelete(ctx context.Context, id string) {

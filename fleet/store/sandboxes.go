@@ -249,6 +249,18 @@ func (s *Store) SetDurable(ctx context.Context, sandboxID, manifest string, at t
 // one transaction, and both hosts' counters are recounted. A row that
 // changed meanwhile is ErrFenced; no room is ErrNoCapacity.
 func (s *Store) Move(ctx context.Context, id string, gen int64, candidates []string, state string) (Host, error) {
+	return s.move(ctx, id, gen, candidates, state, `AND admin = 'active' AND used_mem_mib + $2 <= mem_mib AND used_vcpus + $3 <= vcpus
+		AND (max_sandboxes = 0 OR used_sandboxes + 1 <= max_sandboxes)`)
+}
+
+// MoveBack is Move to host whatever its room or admin state, if it is
+// live: a migrate that failed puts the sandbox back where it was (the
+// room it leaves is its own).
+func (s *Store) MoveBack(ctx context.Context, id string, gen int64, host, state string) (Host, error) {
+	return s.move(ctx, id, gen, []string{host}, state, `AND $2::bigint >= 0 AND $3::bigint >= 0`)
+}
+
+func (s *Store) move(ctx context.Context, id string, gen int64, candidates []string, state, room string) (Host, error) {
 	var to Host
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		var from string
@@ -265,9 +277,8 @@ func (s *Store) Move(ctx context.Context, id string, gen int64, candidates []str
 			if name == from {
 				continue
 			}
-			h, err := scanHost(tx.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE name = $1 AND state = 'live' AND admin = 'active'
-				AND lease_until > now() AND used_mem_mib + $2 <= mem_mib AND used_vcpus + $3 <= vcpus
-				AND (max_sandboxes = 0 OR used_sandboxes + 1 <= max_sandboxes) FOR UPDATE`, name, mem, cpu))
+			h, err := scanHost(tx.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE name = $1 AND state = 'live'
+				AND lease_until > now() `+room+` FOR UPDATE`, name, mem, cpu))
 			if err == pgx.ErrNoRows {
 				continue
 			}
