@@ -33,3 +33,13 @@ type Host struct {
 type HostList struct {
 	Hosts []Host `json:"hosts"`
 }
+
+// HostDrain is POST /v1/hosts/{name}/drain's answer when the fleet's
+// snapshots are portable: the host (draining) after its sandboxes moved
+// off it, how many moved, and those that did not, with why (the answer
+// is then 409).
+type HostDrain struct {
+	Host
+	Moved  int               `json:"moved"`
+	Failed map[string]string `json:"failed,omitempty"`
+}

@@ -18,20 +18,12 @@ const drainParallel = 3
 // create placed just before the host was drained can land after a pass).
 const drainPasses = 3
 
-// Drained is the answer of a drain with portable snapshots: the host,
-// how many of its sandboxes moved, and the ones that did not, with why.
-type Drained struct {
-	apitypes.Host
-	Moved  int               `json:"moved"`
-	Failed map[string]string `json:"failed,omitempty"`
-}
-
 // writeDrain moves every sandbox off h (it is draining: nothing new is
 // placed there), running ones with their processes, paused ones by their
 // durable snapshot, and answers what moved. 200 when the host is empty;
 // 409 with the sandboxes that did not move otherwise.
 func (g *Gateway) writeDrain(w http.ResponseWriter, r *http.Request, h store.Host) {
-	d := Drained{Failed: map[string]string{}}
+	d := apitypes.HostDrain{Failed: map[string]string{}}
 	for range drainPasses {
 		dctx, cancel := g.dbctx(r.Context())
 		left, err := g.st.OnHost(dctx, h.Name)

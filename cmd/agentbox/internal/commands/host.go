@@ -59,7 +59,66 @@ func hostCommand() *cli.Command {
 			},
 			action("cordon", "place no new sandboxes on a host"),
 			action("uncordon", "let a cordoned or drained host take sandboxes again"),
-			action("drain", "cordon a host for removal (with portable snapshots, its sandboxes move off it)"),
+			drainCommand(),
+		},
+	}
+}
+
+// drainCommand is `agentbox host drain HOST`: the host takes nothing new
+// and, with portable snapshots, every sandbox moves off it (what the
+// DaemonSet's preStop and a rolling upgrade run).
+func drainCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "drain",
+		Usage:     "cordon a host for removal; with portable snapshots every sandbox moves off it (running ones keep their processes) before it returns",
+		UsageText: "agentbox host drain HOST",
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() != 1 {
+				return &UsageError{Err: errors.New("give one host name")}
+			}
+			c, err := newClient(cmd)
+			if err != nil {
+				return err
+			}
+			d, err := c.DrainHost(ctx, cmd.Args().First())
+			if d.Name != "" {
+				if cmd.Bool("json") {
+					if perr := printJSON(stdout(cmd), d); perr != nil {
+						return perr
+					}
+				} else {
+					fmt.Fprintf(stdout(cmd), "%s %s: %d sandbox(es) moved, %d left\n", d.Name, d.Admin, d.Moved, d.Sandboxes)
+					for id, why := range d.Failed {
+						fmt.Fprintf(stdout(cmd), "  %s did not move: %s\n", id, why)
+					}
+				}
+			}
+			return err
+		},
+	}
+}
+
+// migrateCommand is `agentbox migrate ID [--host H]`.
+func migrateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "migrate",
+		Usage:     "move a sandbox of a fleet to another host, with its files and processes (portable snapshots)",
+		UsageText: "agentbox migrate ID [--host HOST]",
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the `HOST` to move it to (default: one the fleet places)"}},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			id, err := oneArg(cmd, "a sandbox id")
+			if err != nil {
+				return err
+			}
+			c, err := newClient(cmd)
+			if err != nil {
+				return err
+			}
+			sb, err := c.Migrate(ctx, id, cmd.String("host"))
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, sb, sb.ID)
 		},
 	}
 }

@@ -31,7 +31,7 @@ func Root(stdio IO, extra ...*cli.Command) *cli.Command {
 		Writer: stdio.Out,
 		Commands: append([]*cli.Command{createCommand(), lsCommand(), rmCommand(), execCommand(), runCommand(), cpCommand(),
 			snapshotCommand(), forkCommand(), diffCommand(), lineageCommand(), replayCommand(), pauseCommand(), resumeCommand(), templateCommand(),
-			networkCommand(), eventsCommand(), watchCommand(), secretCommand(), keyCommand(), projectCommand(), hostCommand()}, append(append(sessionCommands(), limitCommands()...), extra...)...),
+			networkCommand(), eventsCommand(), watchCommand(), secretCommand(), keyCommand(), projectCommand(), hostCommand(), migrateCommand()}, append(append(sessionCommands(), limitCommands()...), extra...)...),
 		// Errors are returned to Run, which owns the exit code.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		ErrWriter:      stdio.Err,
