@@ -54,6 +54,11 @@ type Options struct {
 	// MaxSandboxes caps each host's sandboxes (--fleet-max-sandboxes;
 	// 0: none).
 	MaxSandboxes int
+	// SnapshotStore gives the fleet a snapshot store (an s3test bucket on
+	// the bridge address) and starts hosts and gateways with
+	// --snapshot-store (portable snapshots, issue 40). Start fails with
+	// ErrNoSnapshotStore when the built hostd does not take the flag.
+	SnapshotStore bool
 	// HostArgs and GatewayArgs are more flags for every hostd and gateway
 	// (after the kit's own: a later flag wins).
 	HostArgs, GatewayArgs []string
@@ -76,6 +81,7 @@ type Fleet struct {
 	adminKey, hostKey string
 	adminKeyFile      string
 	gwPorts           []int
+	bucket            *bucket
 
 	mu       sync.Mutex
 	hosts    []*proc // nil: not running
@@ -83,6 +89,10 @@ type Fleet struct {
 	started  []int // every pid the kit started or saw (VMMs)
 	netHosts int   // namespaces made
 }
+
+// ErrNoSnapshotStore is a fleet with Options.SnapshotStore whose hostd
+// has no --snapshot-store; New skips the test on it.
+var ErrNoSnapshotStore = errors.New("fleettest: this hostd has no --snapshot-store (portable snapshots)")
 
 // New starts a fleet for t and closes it in t's Cleanup; it skips t where
 // the machine cannot run one (not root, no ip or nsenter, no PostgreSQL).
@@ -97,7 +107,7 @@ func New(t testing.TB, o Options) *Fleet {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f, err := Start(ctx, o)
-	if errors.Is(err, pgserver.ErrNoPostgres) {
+	if errors.Is(err, pgserver.ErrNoPostgres) || errors.Is(err, ErrNoSnapshotStore) {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -174,6 +184,15 @@ func Start(ctx context.Context, o Options) (_ *Fleet, err error) {
 	}
 	f.record(f.pg.PID())
 	o.Logf("fleettest: postgres pid %d at %s", f.pg.PID(), f.DSN())
+	if o.SnapshotStore {
+		if !hostdHasStore(ctx, f.bin) {
+			return nil, ErrNoSnapshotStore
+		}
+		if f.bucket, err = startBucket(f.net.gatewayIP()); err != nil {
+			return nil, err
+		}
+		o.Logf("fleettest: snapshot store at %s", f.StoreURL())
+	}
 	for i := range o.Hosts {
 		if err := f.net.addHost(ctx, i); err != nil {
 			return nil, err

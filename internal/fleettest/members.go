@@ -31,6 +31,9 @@ func (f *Fleet) hostArgv(i int) []string {
 			argv = append(argv, "--fleet-max-sandboxes", strconv.Itoa(f.o.MaxSandboxes))
 		}
 	}
+	if f.bucket != nil {
+		argv = append(argv, "--snapshot-store", f.StoreURL())
+	}
 	return append(argv, f.o.HostArgs...)
 }
 
@@ -40,7 +43,7 @@ func (f *Fleet) StartHost(ctx context.Context, i int) error {
 	if f.HostPID(i) != 0 {
 		return fmt.Errorf("fleettest: host %d is running", i)
 	}
-	p, err := startProc(f.hostArgv(i), nil, f.HostLog(i))
+	p, err := startProc(f.hostArgv(i), f.storeEnv(), f.HostLog(i))
 	if err != nil {
 		return err
 	}
@@ -129,6 +132,9 @@ func (f *Fleet) gatewayArgv(j int) []string {
 	argv := []string{filepath.Join(f.bin, "agentbox"), "gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", f.gwPorts[j]),
 		"--fleet-db", f.DSN(), "--fleet-secret-file", f.secretFile, "--lease-ttl", f.o.LeaseTTL.String(),
 		"--admin-key-file", f.adminKeyFile}
+	if f.bucket != nil {
+		argv = append(argv, "--snapshot-store", f.StoreURL())
+	}
 	return append(argv, f.o.GatewayArgs...)
 }
 
@@ -138,7 +144,7 @@ func (f *Fleet) StartGateway(ctx context.Context, j int) error {
 	if f.GatewayPID(j) != 0 {
 		return fmt.Errorf("fleettest: gateway %d is running", j)
 	}
-	p, err := startProc(f.gatewayArgv(j), []string{"AGENTBOX_API_KEY=" + f.adminKey}, f.GatewayLog(j))
+	p, err := startProc(f.gatewayArgv(j), append([]string{"AGENTBOX_API_KEY=" + f.adminKey}, f.storeEnv()...), f.GatewayLog(j))
 	if err != nil {
 		return err
 	}
@@ -182,6 +188,8 @@ func (f *Fleet) Close() error {
 	if f.pg != nil {
 		f.pg.Remove()
 	}
+	f.bucket.close()
+	f.bucket = nil
 	if f.net != nil && !f.netRemoved {
 		errs = append(errs, f.net.remove(context.Background(), f.netHosts))
 		f.netRemoved = true

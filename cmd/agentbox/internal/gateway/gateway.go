@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -36,6 +37,10 @@ func Command() *cli.Command {
 			&cli.StringFlag{Name: "domain", Usage: "route host-based service URLs {port}-{sandbox}.DOMAIN (the hosts' --domain)", Sources: cli.EnvVars("AGENTBOX_DOMAIN")},
 			&cli.DurationFlag{Name: "lease-ttl", Value: 10e9, Usage: "hosts' lease: a host silent this long is dead", Sources: cli.EnvVars("AGENTBOX_FLEET_LEASE_TTL")},
 			&cli.IntFlag{Name: "placement-k", Value: 3, Usage: "placement compares the best of K random hosts that fit", Sources: cli.EnvVars("AGENTBOX_PLACEMENT_K")},
+			&cli.StringFlag{Name: "snapshot-store", Usage: "the hosts' shared snapshot store `URL` (s3://bucket/prefix?endpoint=…, their --snapshot-store): paused sandboxes resume on any host, sandboxes migrate and drain, and the leader collects unreferenced chunks",
+				Sources: cli.EnvVars("AGENTBOX_SNAPSHOT_STORE")},
+			&cli.StringFlag{Name: "snapshot-store-credentials", Usage: "`FILE` with the store's access key and secret key (two lines or KEY=VALUE; else AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"},
+			&cli.DurationFlag{Name: "chunk-gc-every", Value: 10 * time.Minute, Usage: "how often the leader deletes chunks no snapshot references"},
 			&cli.IntFlag{Name: "default-memory-mib", Value: 512, Usage: "memory of a create that does not say (the hosts' default)", Sources: cli.EnvVars("AGENTBOX_GATEWAY_DEFAULT_MEMORY_MIB")},
 		},
 		Action: run,
@@ -67,9 +72,18 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer st.Close()
+	leader := newLeader(st, secret, cmd.Duration("lease-ttl"), log)
+	portable := cmd.String("snapshot-store") != ""
+	if portable {
+		collect, err := chunkCollector(cmd.String("snapshot-store"), cmd.String("snapshot-store-credentials"), st)
+		if err != nil {
+			return fmt.Errorf("gateway: --snapshot-store: %w", err)
+		}
+		leader.Collect, leader.CollectEvery = collect, cmd.Duration("chunk-gc-every")
+	}
 	g, err := fleetgw.New(fleetgw.Config{Store: st, Secret: secret, SecretsKey: sealKey, Domain: cmd.String("domain"),
 		LeaseTTL: cmd.Duration("lease-ttl"), K: int(cmd.Int("placement-k")), DefaultMemoryMiB: int(cmd.Int("default-memory-mib")),
-		AdminKeyFile: cmd.String("admin-key-file"), Logger: log, Leader: newLeader(st, secret, cmd.Duration("lease-ttl"), log)})
+		AdminKeyFile: cmd.String("admin-key-file"), Logger: log, Leader: leader, Portable: portable})
 	if err != nil {
 		return err
 	}
