@@ -38,6 +38,8 @@ type portableHost struct {
 	mu       sync.Mutex
 	sbs      map[string]string // id -> running, paused
 	imported int
+	hold     chan struct{} // set: execs wait for it to close
+	inflight int           // execs that waited for hold
 	srv      *httptest.Server
 }
 
@@ -101,6 +103,18 @@ func (h *portableHost) serve(w http.ResponseWriter, r *http.Request) {
 	case len(parts) == 3 && r.Method == http.MethodDelete:
 		delete(h.sbs, parts[2])
 		w.WriteHeader(http.StatusNoContent)
+	case len(parts) == 4 && parts[3] == "exec" && h.hold != nil:
+		// An exec in flight: it waits (unlocked) until the test lets it
+		// go, then finds whether its sandbox is still here.
+		h.inflight++
+		h.mu.Unlock()
+		<-h.hold
+		h.mu.Lock()
+		if _, ok := h.sbs[parts[2]]; !ok {
+			notFound(parts[2])
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"exit_code": 0, "stdout": h.name})
 	case len(parts) == 4:
 		h.op(w, parts[2], parts[3], answer, notFound)
 	default:
@@ -342,5 +356,36 @@ func TestDrainEmptiesTheHost(t *testing.T) {
 	// A re-homed paused sandbox is imported by its new host on resume.
 	if sb, err := f.c.Resume(ctx, ids[1]); err != nil || sb.State != "running" {
 		t.Fatalf("resume re-homed: %+v %v", sb, err)
+	}
+}
+
+func TestAnExecCutByAMigrateIsRetryable(t *testing.T) {
+	f := startPortable(t, true, "h1", "h2")
+	ctx := context.Background()
+	id := f.create(t, "h1")
+	h1 := f.hosts["h1"]
+	h1.mu.Lock()
+	h1.hold = make(chan struct{})
+	h1.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.c.Exec(ctx, id, client.ExecRequest{Cmd: []string{"sleep", "60"}})
+		errc <- err
+	}()
+	waitfor.Cond(t, "the exec to reach h1", func() bool {
+		h1.mu.Lock()
+		defer h1.mu.Unlock()
+		return h1.inflight == 1
+	})
+	if _, err := f.c.Migrate(ctx, id, "h2"); err != nil {
+		t.Fatal(err)
+	}
+	close(h1.hold)
+	err := <-errc
+	wantCode(t, err, http.StatusServiceUnavailable, gateway.CodeSandboxMoving)
+	// Retried, it runs on the new host.
+	res, err := f.c.Exec(ctx, id, client.ExecRequest{Cmd: []string{"hostname"}})
+	if err != nil || res.Stdout != "h2" {
+		t.Fatalf("retry: %+v %v", res, err)
 	}
 }
