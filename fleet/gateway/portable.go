@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/agentbox/agentbox/apitypes"
 	"github.com/agentbox/agentbox/fleet/placement"
 	"github.com/agentbox/agentbox/fleet/store"
 )
@@ -348,4 +349,77 @@ func (g *Gateway) migrate(w http.ResponseWriter, r *http.Request, sb store.Sandb
 		return
 	}
 	relay(w, a.resp, a.body)
+}
+
+// forkElsewhere answers a fork whose parent's host is full: the parent is
+// snapshotted there, and the forks are restored from that snapshot on a
+// placed host, which imports it from the store. They share the
+// snapshot's chunks, not its host's memory.
+func (g *Gateway) forkElsewhere(w http.ResponseWriter, r *http.Request, parent store.Sandbox, need store.Need) {
+	ctx := r.Context()
+	res, err := g.place(ctx, need, nil)
+	if err != nil {
+		g.writeError(w, err)
+		return
+	}
+	snap, err := g.snapshotOn(ctx, parent)
+	if err != nil {
+		g.unreserve(ctx, res.Placeholders)
+		g.writeHostError(w, err)
+		return
+	}
+	body, _ := json.Marshal(apitypes.CreateSandboxRequest{Snapshot: snap, MemoryMiB: int(parent.MemoryMiB), VCPUs: int(parent.VCPUs)})
+	out := apitypes.SandboxList{Sandboxes: []apitypes.Sandbox{}}
+	for i, ph := range res.Placeholders {
+		resp, b, err := g.fwd.call(ctx, res.Host.Name, res.Host.Addr, http.MethodPost, "/v1/sandboxes", body, http.Header{}, maxAnswer)
+		var sb apitypes.Sandbox
+		if err == nil {
+			err = answer{resp: resp, body: b}.ok(res.Host.Name)
+		}
+		if err == nil && (json.Unmarshal(b, &sb) != nil || sb.ID == "") {
+			err = errorf(http.StatusBadGateway, CodeHostUnavailable, "host %s: create answered %q", res.Host.Name, truncate(b))
+		}
+		if err == nil {
+			if err = g.commit(ctx, ph, sb.ID); err != nil {
+				g.removeOnHost(ctx, res.Host, sb.ID)
+			}
+		}
+		if err != nil {
+			g.unreserve(ctx, res.Placeholders[i:])
+			for _, made := range out.Sandboxes {
+				g.removeOnHost(ctx, res.Host, made.ID)
+				g.recordDelete(ctx, made.ID)
+			}
+			g.writeHostError(w, err)
+			return
+		}
+		out.Sandboxes = append(out.Sandboxes, sb)
+	}
+	g.log.Info("forks placed past their parent's host", "sandbox_id", parent.ID, "parent_host", parent.Host, "host", res.Host.Name,
+		"snapshot_id", snap, "count", len(out.Sandboxes))
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// snapshotOn snapshots sb on its host, records the snapshot and returns
+// its id.
+func (g *Gateway) snapshotOn(ctx context.Context, sb store.Sandbox) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	resp, b, err := g.fwd.call(cctx, sb.Host, sb.HostAddr, http.MethodPost, sandboxPath(sb.ID, "snapshots"), []byte(`{}`), http.Header{}, maxAnswer)
+	if err != nil {
+		return "", err
+	}
+	if err := (answer{resp: resp, body: b}).ok(sb.Host); err != nil {
+		return "", err
+	}
+	var snap apitypes.Snapshot
+	if json.Unmarshal(b, &snap) != nil || snap.ID == "" {
+		return "", errorf(http.StatusBadGateway, CodeHostUnavailable, "host %s: snapshot answered %q", sb.Host, truncate(b))
+	}
+	dctx, dcancel := g.dbctx(context.WithoutCancel(ctx))
+	defer dcancel()
+	if err := g.st.PutObject(dctx, store.KindSnapshot, store.Object{ID: snap.ID, Project: sb.Project, Host: sb.Host, Sandbox: sb.ID}); err != nil {
+		g.log.Warn("snapshot made but not recorded", "snapshot_id", snap.ID, "err", err)
+	}
+	return snap.ID, nil
 }

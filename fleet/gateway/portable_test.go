@@ -38,13 +38,14 @@ type portableHost struct {
 	mu       sync.Mutex
 	sbs      map[string]string // id -> running, paused
 	imported int
-	hold     chan struct{} // set: execs wait for it to close
-	inflight int           // execs that waited for hold
+	hold     chan struct{}   // set: execs wait for it to close
+	inflight int             // execs that waited for hold
+	snaps    map[string]bool // snapshots it holds
 	srv      *httptest.Server
 }
 
 func newPortableHost(t *testing.T, name string, b *bucket, durable bool) *portableHost {
-	h := &portableHost{name: name, b: b, durable: durable, sbs: map[string]string{}}
+	h := &portableHost{name: name, b: b, durable: durable, sbs: map[string]string{}, snaps: map[string]bool{}}
 	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.srv.Close)
 	return h
@@ -85,6 +86,12 @@ func (h *portableHost) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case len(parts) == 2 && r.Method == http.MethodPost:
+		var req client.CreateSandboxRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.Snapshot != "" && !h.snaps[req.Snapshot] {
+			h.imported++ // from the store
+			h.snaps[req.Snapshot] = true
+		}
 		h.b.mu.Lock()
 		h.b.n++
 		id := fmt.Sprintf("sb-%d", h.b.n)
@@ -163,6 +170,18 @@ func (h *portableHost) op(w http.ResponseWriter, id, op string, answer, notFound
 		}
 		delete(h.sbs, id)
 		w.WriteHeader(http.StatusNoContent)
+	case "snapshots":
+		if !ok {
+			notFound(id)
+			return
+		}
+		h.b.mu.Lock()
+		h.b.n++
+		snap := fmt.Sprintf("snap-%d", h.b.n)
+		h.b.mu.Unlock()
+		h.snaps[snap] = true
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": snap, "sandbox_id": id})
 	case "exec":
 		if !ok {
 			notFound(id)
@@ -388,4 +407,34 @@ func TestAnExecCutByAMigrateIsRetryable(t *testing.T) {
 	if err != nil || res.Stdout != "h2" {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
+}
+
+func TestForkPastItsParentsHostGoesElsewhere(t *testing.T) {
+	f := startPortable(t, true, "h1", "h2")
+	ctx := context.Background()
+	parent := f.create(t, "h1")
+	// h1 holds 8: seven more make it full.
+	for range 7 {
+		f.create(t, "h1")
+	}
+	forks, err := f.c.Fork(ctx, parent, 3)
+	if err != nil || len(forks) != 3 {
+		t.Fatalf("fork past a full host: %v %v", forks, err)
+	}
+	for _, fk := range forks {
+		if r := f.row(t, fk.ID); r.Host != "h2" || r.Parent != parent {
+			t.Fatalf("fork %s: %+v", fk.ID, r)
+		}
+	}
+	if f.hosts["h2"].imported != 1 {
+		t.Fatalf("h2 imported the parent's snapshot %d times, want once", f.hosts["h2"].imported)
+	}
+	// Without a store the same fork is refused with the limit named.
+	g := startPortable(t, false, "a", "b")
+	p := g.create(t, "a")
+	for range 7 {
+		g.create(t, "a")
+	}
+	_, err = g.c.Fork(ctx, p, 1)
+	wantCode(t, err, http.StatusInsufficientStorage, gateway.CodeNoCapacity)
 }

@@ -223,6 +223,12 @@ func (g *Gateway) fork(w http.ResponseWriter, r *http.Request, id string) {
 	need := store.Need{Project: parent.Project, Count: req.Count, MemoryMiB: parent.MemoryMiB, VCPUs: parent.VCPUs,
 		Template: parent.Template, Parent: parent.ID}
 	res, err := g.place(r.Context(), need, []string{parent.Host})
+	if err != nil && g.cfg.Portable && errors.Is(err, store.ErrNoCapacity) {
+		// The parent's host is full: the forks start on another host from
+		// a snapshot of the parent (imported there from the store).
+		g.forkElsewhere(w, r, parent, need)
+		return
+	}
 	if err != nil {
 		g.writeError(w, err)
 		return
