@@ -95,6 +95,24 @@ func (g *Gateway) holds(ctx context.Context, sb store.Sandbox) (bool, error) {
 	return false, a.ok(sb.Host)
 }
 
+// holdsNow reports whether sb's host is live and has it.
+func (g *Gateway) holdsNow(ctx context.Context, sb store.Sandbox) bool {
+	if sb.HostState != store.HostLive {
+		return false
+	}
+	has, err := g.holds(ctx, sb)
+	return err == nil && has
+}
+
+// portableSandbox is a paused, durable sandbox that no live host holds
+// now, as its record says it (its next call resumes it on a host).
+func portableSandbox(sb store.Sandbox) apitypes.Sandbox {
+	s := unreachableSandbox(sb)
+	s.State = apitypes.SandboxStatePaused
+	s.Error = sb.Reason
+	return s
+}
+
 // rehome brings a portable sandbox (paused, durable) to a live host that
 // holds it, before a call on it: a live host that has it keeps it; a live
 // host that lacks it (a drain re-homed the row there, or the host came

@@ -100,7 +100,11 @@ func (h *portableHost) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		answer(id)
 	case len(parts) == 2 && r.Method == http.MethodGet:
-		_ = json.NewEncoder(w).Encode(map[string]any{"sandboxes": []any{}})
+		list := []any{}
+		for id, st := range h.sbs {
+			list = append(list, map[string]any{"id": id, "state": st})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"sandboxes": list})
 	case len(parts) == 3 && r.Method == http.MethodGet:
 		if _, ok := h.sbs[parts[2]]; !ok {
 			notFound(parts[2])
@@ -372,7 +376,15 @@ func TestDrainEmptiesTheHost(t *testing.T) {
 			t.Fatalf("%s after the drain: %+v", id, r)
 		}
 	}
-	// A re-homed paused sandbox is imported by its new host on resume.
+	// A re-homed paused sandbox is listed and described from its record
+	// (looking does not resume it), and imported by its new host on resume.
+	list, err := f.c.ListSandboxes(ctx)
+	if err != nil || len(list) != 6 {
+		t.Fatalf("list after the drain: %d %v", len(list), err)
+	}
+	if sb, err := f.c.GetSandbox(ctx, ids[1]); err != nil || sb.State != "paused" {
+		t.Fatalf("get re-homed: %+v %v", sb, err)
+	}
 	if sb, err := f.c.Resume(ctx, ids[1]); err != nil || sb.State != "running" {
 		t.Fatalf("resume re-homed: %+v %v", sb, err)
 	}

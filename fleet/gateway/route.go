@@ -134,6 +134,11 @@ func (g *Gateway) sandboxes(w http.ResponseWriter, r *http.Request, rest []strin
 		g.migrate(w, r, sb)
 		return "sandbox_migrate"
 	}
+	if g.cfg.Portable && sb.Portable() && len(rest) == 1 && r.Method == http.MethodGet && !g.holdsNow(r.Context(), sb) {
+		// Looking at it does not resume it: its record says what it is.
+		writeJSON(w, http.StatusOK, portableSandbox(sb))
+		return "sandbox"
+	}
 	if g.cfg.Portable && sb.Portable() && r.Method != http.MethodDelete {
 		moved, a, err := g.rehome(r.Context(), sb)
 		if err != nil {

@@ -356,6 +356,10 @@ func (g *Gateway) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	byHost := map[string][]store.Sandbox{}
 	out := []apitypes.Sandbox{}
 	for _, sb := range rows {
+		if g.cfg.Portable && sb.Portable() && sb.HostState != store.HostLive {
+			out = append(out, portableSandbox(sb))
+			continue
+		}
 		if sb.State == store.StateLost || sb.HostState != store.HostLive {
 			out = append(out, lostSandbox(sb))
 			continue
@@ -416,6 +420,13 @@ func (g *Gateway) hostList(ctx context.Context, rows []store.Sandbox, query stri
 	for _, sb := range list.Sandboxes {
 		if _, ok := want[sb.ID]; ok {
 			out = append(out, sb)
+			delete(want, sb.ID)
+		}
+	}
+	for _, sb := range rows {
+		if _, ok := want[sb.ID]; ok && sb.Portable() {
+			// Re-homed by its snapshot: the host imports it on resume.
+			out = append(out, portableSandbox(sb))
 		}
 	}
 	return out
