@@ -2263,6 +2263,12 @@ type WatchDirParams struct {
 	Path GuestPath `form:"path" json:"path"`
 }
 
+// MigrateSandboxJSONBody defines parameters for MigrateSandbox.
+type MigrateSandboxJSONBody struct {
+	// Host The host to move it to (default one the fleet places).
+	Host *string `json:"host,omitempty"`
+}
+
 // ListSecretsParams defines parameters for ListSecrets.
 type ListSecretsParams struct {
 	// Project Admins only: list this project's resources instead of their own,
@@ -2341,6 +2347,9 @@ type MoveFileJSONRequestBody = MoveRequest
 
 // ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
 type ForkSandboxJSONRequestBody = ForkRequest
+
+// MigrateSandboxJSONRequestBody defines body for MigrateSandbox for application/json ContentType.
+type MigrateSandboxJSONRequestBody MigrateSandboxJSONBody
 
 // PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
 type PatchSandboxNetworkJSONRequestBody = NetworkPolicyPatch

@@ -543,6 +543,38 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
 	GetSandboxLineage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// MigrateSandboxWithBody Move the sandbox to another host of a fleet (the control plane only).
+	//
+	// The fleet's control plane pauses the sandbox durably on its host
+	// (to the snapshot store), resumes it on `host` (or a host it places)
+	// and releases it on the old one; the sandbox keeps its state, files,
+	// processes and exec sessions. Calls made meanwhile answer 503 with
+	// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+	// streams by offset. A fleet or host without a snapshot store answers
+	// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+	// answers 404.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+	MigrateSandboxWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MigrateSandbox Move the sandbox to another host of a fleet (the control plane only).
+	//
+	// The fleet's control plane pauses the sandbox durably on its host
+	// (to the snapshot store), resumes it on `host` (or a host it places)
+	// and releases it on the old one; the sandbox keeps its state, files,
+	// processes and exec sessions. Calls made meanwhile answer 503 with
+	// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+	// streams by offset. A fleet or host without a snapshot store answers
+	// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+	// answers 404.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+	MigrateSandbox(ctx context.Context, id SandboxID, body MigrateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetSandboxNetwork The sandbox's egress policy.
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/network (the `GetSandboxNetwork` operationId).
@@ -1645,6 +1677,58 @@ func (c *Raw) ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSO
 // Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
 func (c *Raw) GetSandboxLineage(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetSandboxLineageRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MigrateSandboxWithBody Move the sandbox to another host of a fleet (the control plane only).
+//
+// The fleet's control plane pauses the sandbox durably on its host
+// (to the snapshot store), resumes it on `host` (or a host it places)
+// and releases it on the old one; the sandbox keeps its state, files,
+// processes and exec sessions. Calls made meanwhile answer 503 with
+// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+// streams by offset. A fleet or host without a snapshot store answers
+// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+// answers 404.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+func (c *Raw) MigrateSandboxWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMigrateSandboxRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MigrateSandbox Move the sandbox to another host of a fleet (the control plane only).
+//
+// The fleet's control plane pauses the sandbox durably on its host
+// (to the snapshot store), resumes it on `host` (or a host it places)
+// and releases it on the old one; the sandbox keeps its state, files,
+// processes and exec sessions. Calls made meanwhile answer 503 with
+// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+// streams by offset. A fleet or host without a snapshot store answers
+// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+// answers 404.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+func (c *Raw) MigrateSandbox(ctx context.Context, id SandboxID, body MigrateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMigrateSandboxRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3973,6 +4057,53 @@ func NewGetSandboxLineageRequest(server string, id SandboxID) (*http.Request, er
 	return req, nil
 }
 
+// NewMigrateSandboxRequest calls the generic MigrateSandbox builder with application/json body
+func NewMigrateSandboxRequest(server string, id SandboxID, body MigrateSandboxJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMigrateSandboxRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewMigrateSandboxRequestWithBody constructs an http.Request for the MigrateSandbox method, with any body, and a specified content type
+func NewMigrateSandboxRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/migrate", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetSandboxNetworkRequest constructs an http.Request for the GetSandboxNetwork method
 func NewGetSandboxNetworkRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -5581,6 +5712,38 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/lineage (the `GetSandboxLineage` operationId).
 	GetSandboxLineageWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxLineageResponse, error)
+
+	// MigrateSandboxWithBodyWithResponse Move the sandbox to another host of a fleet (the control plane only).
+	//
+	// The fleet's control plane pauses the sandbox durably on its host
+	// (to the snapshot store), resumes it on `host` (or a host it places)
+	// and releases it on the old one; the sandbox keeps its state, files,
+	// processes and exec sessions. Calls made meanwhile answer 503 with
+	// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+	// streams by offset. A fleet or host without a snapshot store answers
+	// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+	// answers 404.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+	MigrateSandboxWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MigrateSandboxResponse, error)
+
+	// MigrateSandboxWithResponse Move the sandbox to another host of a fleet (the control plane only).
+	//
+	// The fleet's control plane pauses the sandbox durably on its host
+	// (to the snapshot store), resumes it on `host` (or a host it places)
+	// and releases it on the old one; the sandbox keeps its state, files,
+	// processes and exec sessions. Calls made meanwhile answer 503 with
+	// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+	// streams by offset. A fleet or host without a snapshot store answers
+	// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+	// answers 404.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+	MigrateSandboxWithResponse(ctx context.Context, id SandboxID, body MigrateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*MigrateSandboxResponse, error)
 
 	// GetSandboxNetworkWithResponse The sandbox's egress policy.
 	//
@@ -7314,6 +7477,54 @@ func (r GetSandboxLineageResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetSandboxLineageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type MigrateSandboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Sandbox
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MigrateSandboxResponse) GetJSON200() *Sandbox {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r MigrateSandboxResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r MigrateSandboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MigrateSandboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MigrateSandboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MigrateSandboxResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9085,6 +9296,50 @@ func (c *ClientWithResponses) GetSandboxLineageWithResponse(ctx context.Context,
 	return ParseGetSandboxLineageResponse(rsp)
 }
 
+// MigrateSandboxWithBodyWithResponse Move the sandbox to another host of a fleet (the control plane only).
+//
+// The fleet's control plane pauses the sandbox durably on its host
+// (to the snapshot store), resumes it on `host` (or a host it places)
+// and releases it on the old one; the sandbox keeps its state, files,
+// processes and exec sessions. Calls made meanwhile answer 503 with
+// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+// streams by offset. A fleet or host without a snapshot store answers
+// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+// answers 404.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+func (c *ClientWithResponses) MigrateSandboxWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*MigrateSandboxResponse, error) {
+	rsp, err := c.MigrateSandboxWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMigrateSandboxResponse(rsp)
+}
+
+// MigrateSandboxWithResponse Move the sandbox to another host of a fleet (the control plane only).
+//
+// The fleet's control plane pauses the sandbox durably on its host
+// (to the snapshot store), resumes it on `host` (or a host it places)
+// and releases it on the old one; the sandbox keeps its state, files,
+// processes and exec sessions. Calls made meanwhile answer 503 with
+// code `sandbox_moving` and Retry-After: retry, and re-attach exec
+// streams by offset. A fleet or host without a snapshot store answers
+// 409 `not_durable`, and the sandbox runs on where it is. hostd alone
+// answers 404.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/migrate (the `MigrateSandbox` operationId).
+func (c *ClientWithResponses) MigrateSandboxWithResponse(ctx context.Context, id SandboxID, body MigrateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*MigrateSandboxResponse, error) {
+	rsp, err := c.MigrateSandbox(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMigrateSandboxResponse(rsp)
+}
+
 // GetSandboxNetworkWithResponse The sandbox's egress policy.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -10535,6 +10790,39 @@ func ParseGetSandboxLineageResponse(rsp *http.Response) (*GetSandboxLineageRespo
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Lineage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseMigrateSandboxResponse parses an HTTP response from a MigrateSandboxWithResponse call
+func ParseMigrateSandboxResponse(rsp *http.Response) (*MigrateSandboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MigrateSandboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Sandbox
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

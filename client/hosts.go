@@ -28,9 +28,6 @@ func (c *Client) SetHostAdmin(ctx context.Context, host, action string) (Host, e
 	return h, err
 }
 
-// HostDrain is what a drain did.
-type HostDrain = apitypes.HostDrain
-
 // DrainHost drains a host of a fleet: nothing new is placed there and,
 // when the fleet's snapshots are portable, every sandbox moves off it
 // (running ones keep their processes) before it answers. An error with

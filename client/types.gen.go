@@ -722,6 +722,9 @@ type StatFileParams = apitypes.StatFileParams
 // WatchDirParams defines parameters for WatchDir.
 type WatchDirParams = apitypes.WatchDirParams
 
+// MigrateSandboxJSONBody defines parameters for MigrateSandbox.
+type MigrateSandboxJSONBody = apitypes.MigrateSandboxJSONBody
+
 // ListSecretsParams defines parameters for ListSecrets.
 type ListSecretsParams = apitypes.ListSecretsParams
 
@@ -761,6 +764,9 @@ type MoveFileJSONRequestBody = apitypes.MoveFileJSONRequestBody
 // ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
 type ForkSandboxJSONRequestBody = apitypes.ForkSandboxJSONRequestBody
 
+// MigrateSandboxJSONRequestBody defines body for MigrateSandbox for application/json ContentType.
+type MigrateSandboxJSONRequestBody = apitypes.MigrateSandboxJSONRequestBody
+
 // PatchSandboxNetworkJSONRequestBody defines body for PatchSandboxNetwork for application/json ContentType.
 type PatchSandboxNetworkJSONRequestBody = apitypes.PatchSandboxNetworkJSONRequestBody
 
@@ -791,3 +797,9 @@ type Host = apitypes.Host
 
 // HostList is GET /v1/hosts's answer.
 type HostList = apitypes.HostList
+
+// HostDrain is POST /v1/hosts/{name}/drain's answer when the fleet's
+// snapshots are portable: the host (draining) after its sandboxes moved
+// off it, how many moved, and those that did not, with why (the answer
+// is then 409).
+type HostDrain = apitypes.HostDrain

@@ -112,6 +112,9 @@ type ServerInterface interface {
 	// GetSandboxLineage The tree of snapshots and forks this sandbox belongs to.
 	// (GET /v1/sandboxes/{id}/lineage)
 	GetSandboxLineage(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// MigrateSandbox Move the sandbox to another host of a fleet (the control plane only).
+	// (POST /v1/sandboxes/{id}/migrate)
+	MigrateSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// GetSandboxNetwork The sandbox's egress policy.
 	// (GET /v1/sandboxes/{id}/network)
 	GetSandboxNetwork(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -1458,6 +1461,32 @@ func (siw *ServerInterfaceWrapper) GetSandboxLineage(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// MigrateSandbox operation middleware
+func (siw *ServerInterfaceWrapper) MigrateSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.MigrateSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetSandboxNetwork operation middleware
 func (siw *ServerInterfaceWrapper) GetSandboxNetwork(w http.ResponseWriter, r *http.Request) {
 
@@ -2338,6 +2367,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/fork", wrapper.ForkSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/pause", wrapper.PauseSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/resume", wrapper.ResumeSandbox)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/migrate", wrapper.MigrateSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/timeout", wrapper.ExtendTimeout)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/usage", wrapper.GetUsage)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/metrics", wrapper.GetMetrics)

@@ -210,3 +210,10 @@ func toSnapshot(sn sandbox.SnapshotInfo) Snapshot {
 func toTemplate(t sandbox.TemplateInfo) Template {
 	return Template{Name: t.Name, SnapshotID: t.SnapshotID, PoolSize: t.PoolSize, PoolReady: t.PoolReady, CreatedAt: t.CreatedAt.UTC()}
 }
+
+// MigrateSandbox is the control plane's: a host alone has nowhere to move
+// a sandbox to, so it answers 404 naming who serves it.
+func (s *server) MigrateSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	s.writeError(w, r, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+		msg: "migrate is served by a fleet's control plane (agentbox gateway), not by a single host"})
+}
