@@ -340,7 +340,9 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	return m.withLimits(ctx, infoOf(rec)), nil
+	info := m.withLimits(ctx, infoOf(rec))
+	info.SnapshotID = m.snapshotOf(ctx, id)
+	return info, nil
 }
 
 // List describes every sandbox.

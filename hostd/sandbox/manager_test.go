@@ -620,3 +620,23 @@ func TestRecoverMarksLostSandboxesFailed(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestGetFillsSnapshotID: Get names the snapshot the sandbox's disk
+// overlays, as its VM record holds it.
+func TestGetFillsSnapshotID(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	info := e.create(CreateOptions{})
+	v, err := e.st.GetSandboxVM(ctx, info.ID)
+	if err != nil {
+		t.Fatalf("vm record: %v", err)
+	}
+	v.SnapshotID = "sn-test"
+	if err := e.st.PutSandboxVM(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.m.Get(ctx, info.ID)
+	if err != nil || got.SnapshotID != "sn-test" {
+		t.Errorf("get: got snapshot %q, %v, want sn-test", got.SnapshotID, err)
+	}
+}
