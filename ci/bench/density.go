@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -34,12 +35,19 @@ func benchDensity(ctx context.Context, e *env, n int, limit time.Duration) error
 	}
 	defer e.c.DeleteTemplate(context.WithoutCancel(ctx), "density")
 	var sbs []client.Sandbox
-	defer func() {
+	fds0, gor0, heap0 := procFDs(), runtime.NumGoroutine(), heapInUse()
+	deleted := false
+	del := func() {
+		if deleted {
+			return
+		}
+		deleted = true
 		e.p.step(fmt.Sprintf("density: deleting %d sandboxes", len(sbs)))
 		for _, sb := range sbs {
 			_ = e.c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID)
 		}
-	}()
+	}
+	defer del()
 	errs := 0
 	start := time.Now()
 	for i := range n {
@@ -83,6 +91,12 @@ func benchDensity(ctx context.Context, e *env, n int, limit time.Duration) error
 	e.t.add("density: host memory per sandbox (PSS)", fmt.Sprintf("%.1f MiB", float64(sum)/float64(len(sbs))/(1<<20)), "")
 	e.t.add("density: hostd's own RSS", fmt.Sprintf("%.1f MiB", float64(selfRSS())/(1<<20)), "the bench process, hostd in it")
 	e.t.dur(fmt.Sprintf("density: exec `true` across %d sandboxes, p50", len(d)), pct(d, 0.5), "", 0, "", "p99 "+ms(pct(d, 0.99)))
+	k := float64(len(sbs))
+	e.t.add("density: per sandbox, hostd heap / goroutines / fds",
+		fmt.Sprintf("%.1f MiB / %.1f / %.1f", float64(heapInUse()-heap0)/k/(1<<20), float64(runtime.NumGoroutine()-gor0)/k, float64(procFDs()-fds0)/k), "in-process hostd, after the execs")
+	del()
+	left := fmt.Sprintf("fds %+d, goroutines %+d", procFDs()-fds0, runtime.NumGoroutine()-gor0)
+	e.t.add("density: left after removing them all", left, "against before the first create")
 	return nil
 }
 
@@ -96,4 +110,17 @@ func selfRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// procFDs is how many fds this process (hostd in it) holds.
+func procFDs() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
+}
+
+// heapInUse is the Go heap in use, in bytes.
+func heapInUse() int64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
 }

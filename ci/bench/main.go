@@ -48,7 +48,7 @@ type env struct {
 
 // options are the bench's flags.
 type options struct {
-	boots, execs, requests, density                  int
+	boots, execs, requests, density, densityRow      int
 	netOnly, recOnly, mountsOnly, coreOnly, guestNet bool
 	diffOnly                                         bool
 	diffFiles                                        int
@@ -77,6 +77,7 @@ func parseFlags() options {
 	flag.IntVar(&tbSize, "tb-size", 0, "TCG translation cache per VM in MiB (-accel tcg,tb-size=N; 0: QEMU's default)")
 	flag.BoolVar(&o.fleetOnly, "fleet-only", false, "run only the fleet section (create, exec, read through a gateway against hostd directly)")
 	flag.IntVar(&o.density, "density", 0, "run only the density bench: start this many sandboxes from one template")
+	flag.IntVar(&o.densityRow, "density-row", 10, "the full bench's density row: this many sandboxes (0: none)")
 	flag.DurationVar(&o.densityLimit, "density-timeout", 10*time.Minute, "with -density: stop starting sandboxes after this long")
 	flag.Parse()
 	return o
@@ -196,6 +197,11 @@ func run(t *table) error {
 	nat.addTo(t, e.emu)
 	if err := benchFleet(ctx, e, o.execs); err != nil {
 		return err
+	}
+	if o.densityRow > 0 {
+		if err := benchDensity(ctx, e, o.densityRow, o.densityLimit); err != nil {
+			return err
+		}
 	}
 	if o.coreOnly {
 		return done()
