@@ -18,6 +18,8 @@ import (
 // removes them all. It stops starting sandboxes at the deadline.
 func benchDensity(ctx context.Context, e *env, n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
+	e.p.step(fmt.Sprintf("density: admission at %dx memory and %d vCPUs per CPU (hostd's defaults, 2x and 32, admit 64 one-vCPU sandboxes on 2 CPUs, and about 96 of 512 MiB on 24 GiB)",
+		densityMemOvercommit, densityVCPUOvercommit))
 	e.p.step("density: template")
 	src, err := e.c.CreateSandbox(ctx, client.CreateSandboxRequest{VCPUs: 1, MemoryMiB: 512})
 	if err != nil {

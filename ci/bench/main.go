@@ -253,6 +253,13 @@ func benchRest(ctx context.Context, e *env, sb client.Sandbox, execs, requests i
 	return benchMounts(ctx, t)
 }
 
+// The overcommit the bench's hostd admits with (startHostd), printed by
+// the density run.
+const (
+	densityMemOvercommit  = 6
+	densityVCPUOvercommit = 128
+)
+
 // startHostd runs hostd in this process with TCG unless AGENTBOX_ACCEL says,
 // without a base warm pool (so creates restore the base snapshot; the pool
 // is benchBasePool's), collecting its create phases into e.
@@ -262,7 +269,7 @@ func startHostd(ctx context.Context, e *env) (*client.Client, func(), error) {
 		// The density bench promises up to 200 idle 512 MiB sandboxes on
 		// a 24 GiB, 2-CPU host: past the default overcommit (2x memory,
 		// 32 vCPUs per CPU), which a host of busy sandboxes keeps.
-		cfg.MemoryOvercommit, cfg.VCPUOvercommit = 6, 128
+		cfg.MemoryOvercommit, cfg.VCPUOvercommit = densityMemOvercommit, densityVCPUOvercommit
 		e.ph = newPhases(cfg.Logger.Handler())
 		cfg.Logger = slog.New(e.ph)
 	})
