@@ -15,7 +15,13 @@ func startOOMGuard(log *slog.Logger, ring oomguard.Sink, sessions oomguard.Sessi
 	if err != nil {
 		log.Warn("early OOM: no memory limit for commands", "err", err)
 	} else {
-		log.Info("early OOM: commands' memory limit", "bytes", limit)
+		log.Info("early OOM: commands' memory limit", "bytes", limit, "high", oomguard.HighFor(limit))
+		g := &oomguard.Guard{Dir: agent.ExecCgroup, Sink: ring, Sessions: sessions, Kmsg: "/dev/kmsg", Proc: "/proc"}
+		go func() {
+			if err := g.Run(); err != nil {
+				log.Warn("early OOM: no pressure guard, the kernel's OOM killer acts alone", "err", err)
+			}
+		}()
 	}
 	kmsg, err := oomguard.OpenKmsg("/dev/kmsg")
 	if err != nil {

@@ -11,11 +11,16 @@ import (
 	"github.com/agentbox/agentbox/internal/waitfor"
 )
 
-// TestMemoryHogDies runs `tail /dev/zero` (memory without end) in a
-// 512 MiB sandbox: the guest's early-OOM policy (guestinit/oomguard) kills
-// it, the kill is in the flight recorder with the process's name, and the
-// agent answers execs while the hog runs. The kill's time is reported, not
-// asserted (issue 43 wants it under 5 s).
+// TestMemoryHogDies runs a memory hog in a 512 MiB sandbox: the guest's
+// early-OOM policy (guestinit/oomguard) kills it, the kill is in the flight
+// recorder with the process's name, and the agent answers execs while the
+// hog runs. The hog is python3 building a 600 MiB bytes object (it reaches
+// the commands' memory limit in seconds under TCG; `tail /dev/zero`, the
+// issue's hog, takes the same path but fills memory at ~3.5 MiB a guest
+// second here, a minute or more before it is at the limit). Reported, not
+// asserted: the time from the exec's start to its end, and the guard's own
+// measure (its kernel log line) of the time from the cgroup reaching its
+// memory.high to the kill, the thrash issue 43 wants under 5 s.
 func TestMemoryHogDies(t *testing.T) {
 	c, _ := startHostd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -34,7 +39,7 @@ func TestMemoryHogDies(t *testing.T) {
 	done := make(chan hogEnd, 1)
 	go func() {
 		start := time.Now()
-		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"tail", "/dev/zero"}})
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"python3", "-c", "x = b'x' * (600 << 20)"}})
 		done <- hogEnd{r, err, time.Since(start)}
 	}()
 	answered := 0
@@ -56,8 +61,10 @@ func TestMemoryHogDies(t *testing.T) {
 	if end.r.Signal != "SIGKILL" {
 		t.Fatalf("hog ended %+v, want killed by SIGKILL", end.r)
 	}
-	t.Logf("tail /dev/zero in 512 MiB killed after %v (exec to its end); %d execs of true answered meanwhile", end.took.Round(time.Millisecond), answered)
-	mustExec(t, c, sb.ID, "true")
+	t.Logf("the hog in 512 MiB killed after %v (exec to its end); %d execs of true answered meanwhile", end.took.Round(time.Millisecond), answered)
+	if r := mustExec(t, c, sb.ID, "sh", "-c", "dmesg | grep -E 'agentbox-oomguard|Killed process' || true"); r.Stdout != "" {
+		t.Logf("guest kernel log:\n%s", r.Stdout)
+	}
 
 	var kill *client.AuditEvent
 	waitfor.Cond(t, "the OOM kill in the flight recorder", func() bool {
@@ -70,7 +77,7 @@ func TestMemoryHogDies(t *testing.T) {
 		return false
 	})
 	l := kill.Lifecycle
-	if deref(l.Process) != "tail" || l.PID == nil || *l.PID <= 1 {
+	if deref(l.Process) != "python3" || l.PID == nil || *l.PID <= 1 {
 		t.Errorf("oom_kill event: process %q pid %v, want tail and its pid", deref(l.Process), l.PID)
 	}
 	t.Logf("flight recorder: oom_kill process=%s pid=%d reason=%q", deref(l.Process), *l.PID, deref(l.Reason))

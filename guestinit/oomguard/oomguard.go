@@ -9,7 +9,8 @@
 // soon as its cgroup is full (anonymous memory, no swap: nothing to
 // reclaim). Watch then reports each kill, read from the kernel's log
 // (/dev/kmsg), as an OOM event in the flight recorder's ring, with the
-// killed process's name.
+// killed process's name. Guard (pressure.go) kills earlier than the
+// kernel: when the cgroup is at its memory.high and stalls on memory.
 package oomguard
 
 import (
@@ -36,8 +37,9 @@ func ReserveFor(total int64) int64 {
 }
 
 // Setup enables the memory controller below cgroupRoot, makes the cgroup
-// dir (if needed) and sets its memory.max to the guest's memory (from
-// meminfo) less ReserveFor. It returns the limit set.
+// dir (if needed), sets its memory.max to the guest's memory (from
+// meminfo) less ReserveFor and its memory.high to HighFor that (the
+// pressure guard's line, pressure.go). It returns the limit set.
 func Setup(cgroupRoot, dir, meminfo string) (int64, error) {
 	total, err := memTotal(meminfo)
 	if err != nil {
@@ -56,6 +58,9 @@ func Setup(cgroupRoot, dir, meminfo string) (int64, error) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
 		return 0, fmt.Errorf("oomguard: memory.max: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.high"), []byte(strconv.FormatInt(HighFor(limit), 10)), 0); err != nil {
+		return 0, fmt.Errorf("oomguard: memory.high: %w", err)
 	}
 	// No swap in the guest today; should one appear, the hog must not
 	// thrash through it either. (Absent without CONFIG_MEMCG_SWAP.)

@@ -68,7 +68,39 @@ func TestSetup(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "memory.max")); string(b) != itoa(limit) {
 		t.Errorf("memory.max %q, want %d", b, limit)
 	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "memory.high")); string(b) != itoa(HighFor(limit)) {
+		t.Errorf("memory.high %q, want %d", b, HighFor(limit))
+	}
 	if b, _ := os.ReadFile(filepath.Join(root, "cgroup.subtree_control")); string(b) != "+memory" {
 		t.Errorf("subtree_control %q", b)
+	}
+}
+
+// TestLargest picks the cgroup's process (in it or a child cgroup) with
+// the most resident memory, from a procfs and a cgroupfs laid out as files.
+func TestLargest(t *testing.T) {
+	root := t.TempDir()
+	proc, cg := filepath.Join(root, "proc"), filepath.Join(root, "cg")
+	for pid, statm := range map[string]string{"1": "9 99999 0", "40": "10 300 0", "41": "10 5000 0", "42": "10 20 0"} {
+		os.MkdirAll(filepath.Join(proc, pid), 0o755)
+		os.WriteFile(filepath.Join(proc, pid, "statm"), []byte(statm+"\n"), 0o644)
+	}
+	os.MkdirAll(filepath.Join(cg, "sub"), 0o755)
+	os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte("1\n40\n"), 0o644)
+	os.WriteFile(filepath.Join(cg, "sub", "cgroup.procs"), []byte("41\n42\n"), 0o644)
+	g := &Guard{Dir: cg, Proc: proc}
+	pid, rss := g.largest()
+	if want := int64(5000*os.Getpagesize()) >> 10; pid != 41 || rss != want {
+		t.Errorf("largest: pid %d rss %d KiB, want 41 and %d", pid, rss, want)
+	}
+}
+
+func TestHighFor(t *testing.T) {
+	for _, tc := range []struct{ limit, want int64 }{
+		{256 << 20, 240 << 20}, {1 << 30, (1 << 30) - 32<<20},
+	} {
+		if got := HighFor(tc.limit); got != tc.want {
+			t.Errorf("HighFor(%d) = %d, want %d", tc.limit, got, tc.want)
+		}
 	}
 }

@@ -32,6 +32,8 @@ func oomData(e agentclient.GuestEvent) recorder.LifecycleData {
 		reason = "cgroup"
 	case "global":
 		reason = "global"
+	case "pressure":
+		reason = "pressure"
 	}
 	return recorder.LifecycleData{Action: recorder.ActionOOMKill, Process: name, PID: max(e.PID, 0),
 		Reason: fmt.Sprintf("%s: %d MiB resident", reason, max(o.RSSKiB, 0)>>10)}
