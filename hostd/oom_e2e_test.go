@@ -14,7 +14,7 @@ import (
 // TestMemoryHogDies runs a memory hog in a 512 MiB sandbox: the guest's
 // early-OOM policy (guestinit/oomguard) kills it, the kill is in the flight
 // recorder with the process's name, and the agent answers execs while the
-// hog runs. The hog is python3 building a 600 MiB bytes object (it reaches
+// hog runs. The hog is python3 appending 16 MiB bytes objects to a list without end (it reaches
 // the commands' memory limit in seconds under TCG; `tail /dev/zero`, the
 // issue's hog, takes the same path but fills memory at ~3.5 MiB a guest
 // second here, a minute or more before it is at the limit). Reported, not
@@ -39,7 +39,7 @@ func TestMemoryHogDies(t *testing.T) {
 	done := make(chan hogEnd, 1)
 	go func() {
 		start := time.Now()
-		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"python3", "-c", "x = b'x' * (600 << 20)"}})
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"python3", "-c", "x = []\nwhile True: x.append(b'x' * (16 << 20))"}})
 		done <- hogEnd{r, err, time.Since(start)}
 	}()
 	answered := 0

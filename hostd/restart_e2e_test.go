@@ -61,6 +61,27 @@ type child struct {
 // none) and waits for it to serve.
 func startChild(t *testing.T, data, faultStep string) *child {
 	t.Helper()
+	h := spawnChild(t, data, faultStep)
+	var addr []byte
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if addr, err = os.ReadFile(filepath.Join(data, "addr")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("child hostd did not start")
+		}
+	}
+	if h.c, err = client.New("http://"+string(addr), testKey); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// spawnChild runs a child hostd on data with AGENTBOX_FAULT=faultStep, not
+// waiting for it to serve (it may die at the fault point first).
+func spawnChild(t *testing.T, data, faultStep string) *child {
+	t.Helper()
 	a := vmmtest.FindAssets(t)
 	self, err := os.Executable()
 	if err != nil {
@@ -78,18 +99,6 @@ func startChild(t *testing.T, data, faultStep string) *child {
 	h := &child{cmd: cmd, done: make(chan error, 1)}
 	go func() { h.done <- cmd.Wait() }()
 	t.Cleanup(h.kill)
-	var addr []byte
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if addr, err = os.ReadFile(filepath.Join(data, "addr")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("child hostd did not start")
-		}
-	}
-	if h.c, err = client.New("http://"+string(addr), testKey); err != nil {
-		t.Fatal(err)
-	}
 	return h
 }
 
