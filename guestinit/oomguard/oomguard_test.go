@@ -104,3 +104,24 @@ func TestHighFor(t *testing.T) {
 		}
 	}
 }
+
+func TestAnonFull(t *testing.T) {
+	cg := t.TempDir()
+	high := int64(400 << 20)
+	os.WriteFile(filepath.Join(cg, "memory.high"), []byte(strconv.FormatInt(high, 10)+"\n"), 0o644)
+	g := &Guard{Dir: cg}
+	for _, c := range []struct {
+		anon int64
+		want bool
+	}{{high / 2, false}, {high/16*AnonShare - 1, false}, {high/16*AnonShare + 4096, true}} {
+		stat := "file 1000\nanon " + strconv.FormatInt(c.anon, 10) + "\nshmem 0\n"
+		os.WriteFile(filepath.Join(cg, "memory.stat"), []byte(stat), 0o644)
+		if got := g.anonFull(); got != c.want {
+			t.Errorf("anon %d of high %d: anonFull %v, want %v", c.anon, high, got, c.want)
+		}
+	}
+	os.Remove(filepath.Join(cg, "memory.stat"))
+	if g.anonFull() {
+		t.Error("no memory.stat: anonFull true")
+	}
+}

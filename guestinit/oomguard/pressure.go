@@ -24,7 +24,12 @@ import (
 // reclaim and drops back below memory.high. The guard kills the cgroup's
 // largest process when the cgroup is at memory.high and its stall passes
 // Trigger in PressureRounds windows in a row (about three seconds), and
-// reports the kill with reason "pressure".
+// reports the kill with reason "pressure". It also kills, without
+// waiting for PSI, when the cgroup has stayed at memory.high for AnonHold
+// with anonymous memory filling AnonShare of it: the guest has no swap,
+// so that memory cannot be reclaimed, and what is left of memory.high is
+// the page cache of the programs running, whose reclaim is the thrash
+// (PSI under TCG counts much of it as CPU time, not as stall).
 
 // Trigger is the PSI trigger armed on the cgroup's memory.pressure: some
 // task of the cgroup stalled on memory 300 ms within a 1 s window.
@@ -33,6 +38,13 @@ const Trigger = "some 300000 1000000"
 // PressureRounds is how many windows in a row the trigger must fire, with
 // the cgroup at its memory.high, before the guard kills.
 const PressureRounds = 3
+
+// AnonHold and AnonShare: the cgroup at memory.high for AnonHold with its
+// anonymous memory at least AnonShare (in sixteenths) of memory.high.
+const (
+	AnonHold  = 3 * time.Second
+	AnonShare = 14
+)
 
 // KmsgTag starts the line the guard writes to the kernel log for each
 // kill, with the time the cgroup had been at memory.high.
@@ -71,6 +83,7 @@ func (g *Guard) Run() error {
 	defer ef.Close()
 	var (
 		rounds   int
+		anonFrom time.Time // when anonymous memory was first seen filling memory.high
 		last     time.Time // the trigger's last firing at the limit
 		overFrom time.Time // when the cgroup was first seen at memory.high
 		highs    = eventCount(ef, "high")
@@ -91,11 +104,20 @@ func (g *Guard) Run() error {
 		highs = eventCount(ef, "high")
 		at := g.atHigh()
 		if !at {
-			overFrom, rounds = time.Time{}, 0
+			overFrom, anonFrom, rounds = time.Time{}, time.Time{}, 0
 			continue
 		}
 		if overFrom.IsZero() {
 			overFrom = now
+		}
+		if !g.anonFull() {
+			anonFrom = time.Time{}
+		} else if anonFrom.IsZero() {
+			anonFrom = now
+		} else if now.Sub(anonFrom) >= AnonHold {
+			g.kill(now.Sub(overFrom))
+			rounds, overFrom, anonFrom = 0, time.Time{}, time.Time{}
+			continue
 		}
 		if fds[0].Revents&unix.POLLPRI == 0 {
 			continue
@@ -109,8 +131,28 @@ func (g *Guard) Run() error {
 			continue
 		}
 		g.kill(now.Sub(overFrom))
-		rounds, overFrom = 0, time.Time{}
+		rounds, overFrom, anonFrom = 0, time.Time{}, time.Time{}
 	}
+}
+
+// anonFull reports whether the cgroup's anonymous memory fills AnonShare
+// sixteenths of its memory.high.
+func (g *Guard) anonFull() bool {
+	high, err := readInt(filepath.Join(g.Dir, "memory.high"))
+	if err != nil || high <= 0 {
+		return false
+	}
+	return statValue(filepath.Join(g.Dir, "memory.stat"), "anon") >= high/16*AnonShare
+}
+
+// statValue reads key's value from a memory.stat file (0 if absent).
+func statValue(path, key string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	return eventCount(f, key)
 }
 
 // atHigh reports whether the cgroup's memory is at its memory.high.
