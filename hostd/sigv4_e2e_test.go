@@ -54,6 +54,16 @@ type sigv4Verifier struct {
 
 func (v *sigv4Verifier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if msg := v.verify(r, body); msg != "" {
+		http.Error(w, msg, http.StatusForbidden)
+		return
+	}
+	_, _ = io.WriteString(w, "signature ok\n")
+}
+
+// verify records r's Authorization and says what is wrong with its
+// signature ("" when it verifies with the real keys).
+func (v *sigv4Verifier) verify(r *http.Request, body []byte) string {
 	auth := r.Header.Get("Authorization")
 	v.mu.Lock()
 	v.auths = append(v.auths, auth)
@@ -62,8 +72,7 @@ func (v *sigv4Verifier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cred, _, _ := strings.Cut(strings.TrimPrefix(auth, "AWS4-HMAC-SHA256 Credential="), ",")
 	f := strings.Split(cred, "/")
 	if err != nil || len(f) != 5 || f[0] != v.akid {
-		http.Error(w, "bad credential", http.StatusForbidden)
-		return
+		return "bad credential"
 	}
 	cp, _ := http.NewRequest(r.Method, "https://"+r.Host+r.URL.RequestURI(), bytes.NewReader(body))
 	_, signed, _ := strings.Cut(auth, "SignedHeaders=")
@@ -81,10 +90,9 @@ func (v *sigv4Verifier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	err = v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: v.akid, SecretAccessKey: v.secret},
 		cp, hash, f[3], f[2], at)
 	if err != nil || cp.Header.Get("Authorization") != auth {
-		http.Error(w, "signature does not match", http.StatusForbidden)
-		return
+		return "signature does not match"
 	}
-	_, _ = io.WriteString(w, "signature ok\n")
+	return ""
 }
 
 func (v *sigv4Verifier) last() string {
