@@ -130,6 +130,9 @@ var withoutResource = map[string]string{
 	"getHealth": "public", "getOpenAPI": "public",
 	"listSandboxes": "list", "listSnapshots": "list", "listTemplates": "list", "listSecrets": "list", "listKeys": "list",
 	"createSandbox": "create", "createTemplate": "create", "createSecret": "create",
+	// A build's calls are the caller's own (internal/templatebuild), each
+	// checked as the route it is.
+	"buildTemplateFromContext": "create",
 	"getMetrics": "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
 }
 
