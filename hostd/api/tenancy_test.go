@@ -133,7 +133,7 @@ var withoutResource = map[string]string{
 	// A build's calls are the caller's own (internal/templatebuild), each
 	// checked as the route it is.
 	"buildTemplateFromContext": "create",
-	"getMetrics": "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
+	"getMetrics":               "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
 }
 
 var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
