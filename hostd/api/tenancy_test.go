@@ -130,10 +130,7 @@ var withoutResource = map[string]string{
 	"getHealth": "public", "getOpenAPI": "public",
 	"listSandboxes": "list", "listSnapshots": "list", "listTemplates": "list", "listSecrets": "list", "listKeys": "list",
 	"createSandbox": "create", "createTemplate": "create", "createSecret": "create",
-	// A build's calls are the caller's own (internal/templatebuild), each
-	// checked as the route it is.
-	"buildTemplateFromContext": "create",
-	"getMetrics":               "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
+	"getMetrics": "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
 }
 
 var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
