@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/hostd/netns"
 	"github.com/agentbox/agentbox/internal/fault"
 	"github.com/agentbox/agentbox/internal/leakcheck"
+	"github.com/agentbox/agentbox/internal/waitfor"
 	"github.com/agentbox/agentbox/vmm"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
@@ -64,14 +65,10 @@ func startChild(t *testing.T, data, faultStep string) *child {
 	h := spawnChild(t, data, faultStep)
 	var addr []byte
 	var err error
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if addr, err = os.ReadFile(filepath.Join(data, "addr")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("child hostd did not start")
-		}
-	}
+	waitfor.Cond(t, "the child hostd to serve", func() bool {
+		addr, err = os.ReadFile(filepath.Join(data, "addr"))
+		return err == nil
+	})
 	if h.c, err = client.New("http://"+string(addr), testKey); err != nil {
 		t.Fatal(err)
 	}

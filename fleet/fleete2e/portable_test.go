@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/fleet/store"
@@ -150,13 +149,19 @@ func portableMigrateUnderExec(t *testing.T, e *env) {
 		sbs = append(sbs, e.create(t, e.a))
 	}
 	stop := make(chan struct{})
+	// migrated[i] closes when sbs[i]'s migrate has answered: a client whose
+	// exec failed retryably waits for it before retrying.
+	migrated := make([]chan struct{}, len(sbs))
+	for i := range migrated {
+		migrated[i] = make(chan struct{})
+	}
 	var (
 		wg                    sync.WaitGroup
 		mu                    sync.Mutex
 		done, retried, failed int
 		lost                  []string
 	)
-	for _, sb := range sbs {
+	for i, sb := range sbs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -183,14 +188,19 @@ func portableMigrateUnderExec(t *testing.T, e *env) {
 					if err == nil || !retryable(err) {
 						break
 					}
-					time.Sleep(200 * time.Millisecond) // the Retry-After pace, not a wait for a state
+					select {
+					case <-migrated[i]:
+					case <-stop:
+						return
+					}
 				}
 			}
 		}()
 	}
-	for _, sb := range sbs {
+	for i, sb := range sbs {
 		from, _ := e.hostOf(t, sb.ID)
 		moved, err := e.a.Migrate(ctx, sb.ID, "")
+		close(migrated[i])
 		if err != nil {
 			t.Fatalf("migrate %s: %v", sb.ID, err)
 		}
