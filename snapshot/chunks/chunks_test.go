@@ -444,3 +444,24 @@ func (r *memRefs) Release(_ context.Context, m string) error {
 	delete(r.held, m)
 	return nil
 }
+
+func TestReadCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for what, c := range map[string]string{
+		"two lines": "AK\nSK\n",
+		"key=value": "# store\nAWS_ACCESS_KEY_ID=AK\naws_secret_access_key = SK\nAWS_REGION=x\n",
+	} {
+		p := filepath.Join(dir, "c")
+		if err := os.WriteFile(p, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ak, sk, err := chunks.ReadCredentials(p); err != nil || ak != "AK" || sk != "SK" {
+			t.Errorf("%s: %q %q %v", what, ak, sk, err)
+		}
+	}
+	p := filepath.Join(dir, "bad")
+	_ = os.WriteFile(p, []byte("only-one-line\n"), 0o600)
+	if _, _, err := chunks.ReadCredentials(p); err == nil {
+		t.Error("one line read as credentials")
+	}
+}
