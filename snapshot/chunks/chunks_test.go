@@ -24,7 +24,7 @@ const (
 )
 
 // newBucket starts an s3test server and returns it with a bucket on it.
-func newBucket(t *testing.T) (*s3test.Server, chunks.Bucket) {
+func newBucket(t testing.TB) (*s3test.Server, chunks.Bucket) {
 	t.Helper()
 	srv := s3test.Start(t, testBucket)
 	cfg, err := chunks.ParseURL("s3://" + testBucket + "/" + testPrefix + "?endpoint=" + srv.Endpoint + "&region=us-east-1")

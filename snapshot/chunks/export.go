@@ -30,6 +30,11 @@ import (
 // whether it holds it, so a collector racing the export either sees the
 // reference or has deleted the chunk before (and the export uploads it).
 // Memory is bounded by Parallel x ChunkSize x 2.
+//
+// Use a new ID for each export: references add up per manifest, so a
+// re-export under an old ID keeps the old content's chunks referenced
+// too (safe, not tidy). A failed Export leaves its references with m.ID
+// (no manifest is written): Delete(m.ID) releases them.
 func (s *Store) Export(ctx context.Context, m Manifest, files map[string]string) (Manifest, Stats, error) {
 	m.Version = ManifestVersion
 	if m.Created.IsZero() {
