@@ -465,3 +465,37 @@ func TestReadCredentials(t *testing.T) {
 		t.Error("one line read as credentials")
 	}
 }
+
+func TestParseURL(t *testing.T) {
+	cfg, err := chunks.ParseURL("s3://b/p/q?endpoint=http://127.0.0.1:9000&region=eu-1&insecure=1")
+	if err != nil || cfg.Bucket != "b" || cfg.Prefix != "p/q" || cfg.Endpoint != "http://127.0.0.1:9000" || cfg.Region != "eu-1" || !cfg.Insecure {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	for _, bad := range []string{
+		"http://b/p", "s3:///p", "s3://ak:sk@b/p", "s3://b/p?endpoint=ftp://x", "s3://b/p?color=red",
+		"s3://b/a/../c", "s3://b/a//c",
+	} {
+		if _, err := chunks.ParseURL(bad); err == nil {
+			t.Errorf("%s parsed", bad)
+		}
+	}
+}
+
+// TestMissingBucket: a bucket that does not exist is a store that is not
+// there (ErrUnavailable), not a missing chunk.
+func TestMissingBucket(t *testing.T) {
+	srv := s3test.Start(t, testBucket)
+	b, err := chunks.NewS3(chunks.S3Config{Endpoint: srv.Endpoint, Bucket: "nope", Region: "us-east-1",
+		AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, b, nil)
+	_, _, err = s.Export(context.Background(), chunks.Manifest{ID: "x", Kind: "paused"}, writeFiles(t, map[string][]byte{"f": random(t, cs)}))
+	if !errors.Is(err, chunks.ErrUnavailable) {
+		t.Fatalf("export to a missing bucket: %v", err)
+	}
+	if _, err := s.Manifest(context.Background(), "x"); !errors.Is(err, chunks.ErrUnavailable) {
+		t.Fatalf("manifest from a missing bucket: %v", err)
+	}
+}
