@@ -1,15 +1,15 @@
 /** The client: Client, Sandbox and their helpers. */
 import "./polyfill.js";
-import { spawn } from "node:child_process";
 import { readFileSync, promises as fsp } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Readable } from "node:stream";
 import { AgentboxError, ConnectionFailed, NotFound, errorFromResponse } from "./errors.js";
+import { buildQuery, pack, plan } from "./build.js";
 import { tarDir, untarSafely } from "./files.js";
 import type {
   CreateOptions, Event, ExecResult, ExecSession, FileEvent, FileInfo, Health, NetworkPatch, NetworkPolicy,
-  APIKey, BuildEvent, CreatedKey, ImageBuildOptions, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
+  APIKey, BuildEvent, BuildOptions, CreatedKey, ImageBuildOptions, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
 } from "./models.js";
 import { Pty } from "./pty.js";
 import { ExecReader, lines, parseLine, streamError } from "./stream.js";
@@ -40,8 +40,8 @@ function resolveKey(k?: string): string {
 
 /** A request body. */
 type Body = string | Uint8Array | ReadableStream<Uint8Array>;
-type Query = Record<string, string | number | boolean | undefined>;
-interface Req { query?: Query; json?: unknown; body?: Body | ReadableStream<Uint8Array>; expect?: number[]; signal?: AbortSignal }
+type Query = Record<string, string | string[] | number | boolean | undefined>;
+interface Req { query?: Query; json?: unknown; body?: Body | ReadableStream<Uint8Array>; contentType?: string; expect?: number[]; signal?: AbortSignal }
 
 /** A command: a string runs under `sh -c`, an array is the argv. */
 export type Command = string | string[];
@@ -100,10 +100,14 @@ export class Client {
   /** One call; throws an APIError unless the status is expected. @internal */
   async fetch(method: string, p: string, r: Req = {}): Promise<Response> {
     const u = new URL(this.url + p);
-    for (const [k, v] of Object.entries(r.query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
+    for (const [k, v] of Object.entries(r.query ?? {})) {
+      if (Array.isArray(v)) for (const x of v) u.searchParams.append(k, x);
+      else if (v !== undefined) u.searchParams.set(k, String(v));
+    }
     const headers = this.headers();
     let body: any = r.body;
     if (r.json !== undefined) { body = JSON.stringify(r.json); headers["Content-Type"] = "application/json"; }
+    if (r.contentType) headers["Content-Type"] = r.contentType;
     let resp: Response;
     try {
       resp = await fetch(u, { method, headers, body, signal: r.signal, ...(body instanceof ReadableStream ? { duplex: "half" } : {}) } as RequestInit);
@@ -504,42 +508,23 @@ export class Templates {
   /** Delete a template and its pool (not its snapshot). */
   async delete(name: string): Promise<void> { await this.c.fetch("DELETE", `/v1/templates/${name}`, { expect: [204] }); }
 
-  /** Build template `name` from a blueprint (a file path or an object), reusing
-   * cached steps. Runs the `agentbox` CLI (`opts.cli`, else `$AGENTBOX_CLI`,
-   * else `agentbox` on PATH): the blueprint engine and its cache keys live in Go. */
-  async build(name: string, blueprint: string | Blueprint, opts: { pool?: number; noCache?: boolean; onProgress?: (line: string) => void; cli?: string } = {}): Promise<Template> {
-    let file = typeof blueprint === "string" ? blueprint : "";
-    let tmp: string | undefined;
-    if (typeof blueprint !== "string") {
-      tmp = await fsp.mkdtemp(path.join(os.tmpdir(), "agentbox-bp-"));
-      file = path.join(tmp, "blueprint.yaml");
-      await fsp.writeFile(file, JSON.stringify(blueprint)); // JSON is YAML
+  /** Build template `name` in hostd from a blueprint (a file path, YAML text or
+   * an object) or `opts.dockerfile` (a path or its text), reusing cached steps
+   * as `agentbox template build` does. `opts.context` is the directory uploaded
+   * as the build context (default: the file's directory; none for inline text);
+   * `buildArgs` are a Dockerfile's ARGs. `onProgress` gets each BuildEvent:
+   * `log` lines (`line`, `stream`) and a FROM image's pull `progress`. */
+  async build(name: string, blueprint?: string | Blueprint, opts: BuildOptions = {}): Promise<Template> {
+    const p = await plan(blueprint, opts.dockerfile, opts.context);
+    const body = Readable.toWeb(pack(p)) as unknown as ReadableStream<Uint8Array>;
+    const resp = await this.c.fetch("POST", "/v1/templates/build", { query: buildQuery(name, p, opts), body, contentType: "application/x-tar", expect: [200] });
+    for await (const line of lines(resp.body)) {
+      const ev = parseLine(line);
+      if (ev.type === "done") return ev.template as Template;
+      if (ev.type === "error") throw streamError(ev);
+      opts.onProgress?.(ev as BuildEvent);
     }
-    const exe = opts.cli || process.env.AGENTBOX_CLI || "agentbox";
-    const args = ["--json", "template", "build", "-f", file, ...(opts.pool ? ["--pool", String(opts.pool)] : []), ...(opts.noCache ? ["--no-cache"] : []), name];
-    try {
-      return await new Promise<Template>((resolve, reject) => {
-        const child = spawn(exe, args, { env: { ...process.env, AGENTBOX_URL: this.c.url, AGENTBOX_API_KEY: this.c.apiKey }, stdio: ["ignore", "pipe", "pipe"] });
-        let out = "", errBuf = "", tail: string[] = [];
-        child.stdout.on("data", (b: Buffer) => (out += b.toString()));
-        child.stderr.on("data", (b: Buffer) => {
-          errBuf += b.toString();
-          let i: number;
-          while ((i = errBuf.indexOf("\n")) >= 0) {
-            const l = errBuf.slice(0, i); errBuf = errBuf.slice(i + 1);
-            tail = [...tail, l].slice(-20);
-            opts.onProgress?.(l);
-          }
-        });
-        child.on("error", (e) => reject(new AgentboxError(`template build needs the agentbox CLI: ${e.message}`)));
-        child.on("close", (code) => {
-          if (code !== 0) return reject(new AgentboxError(`template build ${name} failed: ${[...tail, errBuf].join("\n").trim()}`));
-          try { resolve(JSON.parse(out)); } catch (e) { reject(new AgentboxError(`template build: bad output: ${e}`)); }
-        });
-      });
-    } finally {
-      if (tmp) await fsp.rm(tmp, { recursive: true, force: true });
-    }
+    throw new AgentboxError(`template build ${name}: the stream ended without its result`);
   }
 }
 

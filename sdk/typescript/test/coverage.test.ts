@@ -23,7 +23,7 @@ const reachable: Record<string, string[]> = {
   resumeSandbox: ["Sandbox.resume"], extendTimeout: ["Sandbox.extend"], getUsage: ["Sandbox.usage"],
   listSnapshots: ["Snapshots.list"], getSnapshot: ["Snapshots.get"], deleteSnapshot: ["Snapshots.delete"],
   diffSandbox: ["Sandbox.diff"], diffSnapshot: ["Snapshots.diff"], getSandboxLineage: ["Sandbox.lineage"], replaySnapshot: ["Snapshots.replay"],
-  createTemplate: ["Templates.create", "Templates.build", "Templates.buildImage"], listTemplates: ["Templates.list"],
+  createTemplate: ["Templates.create", "Templates.buildImage"], buildTemplateFromContext: ["Templates.build"], listTemplates: ["Templates.list"],
   getTemplate: ["Templates.get"], deleteTemplate: ["Templates.delete"],
   getSandboxNetwork: ["Network.get"], patchSandboxNetwork: ["Network.update"], listSandboxEvents: ["Sandbox.events"],
   createSecret: ["Secrets.set"], listSecrets: ["Secrets.list"], deleteSecret: ["Secrets.delete"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import asyncio
 import tempfile
 from typing import IO, Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -15,9 +14,9 @@ import httpx
 from . import _core
 from ._core import Command, OutputCallback
 from ._errors import ConnectionFailed, NotFound, error_from_response
+from ._async_templates import AsyncTemplates
 from ._models import (
     APIKey,
-    BuildEvent,
     Mount,
     CreatedKey,
     Project,
@@ -34,7 +33,6 @@ from ._models import (
     Secret,
     ShareLink,
     SnapshotInfo,
-    Template,
     Usage,
     from_dict,
 )
@@ -699,92 +697,6 @@ class AsyncSnapshots:
         async with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json=body) as resp:
             lines = [line async for line in resp.aiter_lines()]
         return _core.replay_lines(lines, progress)
-
-
-class AsyncTemplates:
-    """Templates: named snapshots with a warm pool."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._c = client
-
-    async def list(self) -> List[Template]:
-        """Every template."""
-        return [from_dict(Template, t) for t in (await self._c._json("GET", "/v1/templates"))["templates"]]
-
-    async def get(self, name: str) -> Template:
-        """Describe template ``name``."""
-        return from_dict(Template, await self._c._json("GET", f"/v1/templates/{name}"))
-
-    async def create(self, name: str, snapshot_id: str, *, pool_size: int = 0) -> Template:
-        """Name snapshot ``snapshot_id`` as template ``name``."""
-        body = {"name": name, "snapshot_id": snapshot_id, "pool_size": pool_size}
-        return from_dict(Template, await self._c._json("POST", "/v1/templates", json=body, expect=(201,)))
-
-    async def build_image(
-        self,
-        name: str,
-        ref: str,
-        *,
-        pool_size: int = 0,
-        insecure: bool = False,
-        registry_secret: Optional[str] = None,
-        free_mib: int = 0,
-        memory_mib: int = 0,
-        on_progress: Optional[Callable[[BuildEvent], Any]] = None,
-    ) -> Template:
-        """Build template ``name`` from OCI image ``ref`` (a registry reference,
-        or an OCI layout or ``docker save`` tarball on hostd's machine) in
-        hostd; ``on_progress`` gets each :class:`BuildEvent`."""
-        body = _core.image_body(name, ref, pool_size, insecure=insecure, registry_secret=registry_secret,
-                                free_mib=free_mib, memory_mib=memory_mib)
-        async with self._c._stream("POST", "/v1/templates", json=body, timeout=None) as resp:
-            async for line in resp.aiter_lines():
-                d = _core.parse_line(line)
-                if d is None:
-                    continue
-                t = _core.build_event(d)
-                if t is not None:
-                    return from_dict(Template, t)
-                if on_progress is not None:
-                    on_progress(from_dict(BuildEvent, d))
-        raise _core.AgentboxError(f"template build {name}: the stream ended without its result")
-
-    async def delete(self, name: str) -> None:
-        """Delete a template and its warm pool (not its snapshot)."""
-        await self._c._request("DELETE", f"/v1/templates/{name}", expect=(204,))
-
-    async def build(
-        self,
-        name: str,
-        blueprint: Union[str, "os.PathLike[str]", Mapping[str, Any]],
-        *,
-        pool: int = 0,
-        no_cache: bool = False,
-        on_progress: Optional[Callable[[str], Any]] = None,
-        cli: Optional[str] = None,
-    ) -> Template:
-        """Build template ``name`` from a blueprint by running the ``agentbox``
-        CLI (see :meth:`agentbox.Templates.build`)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            file, _ = _core.blueprint_file(blueprint, tmp)
-            args = _core.blueprint_argv(cli, name, file, pool, no_cache)
-            env = {**os.environ, "AGENTBOX_URL": self._c.url, "AGENTBOX_API_KEY": self._c.api_key}
-            try:
-                proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-            except FileNotFoundError as e:
-                raise _core.AgentboxError(f"template build needs the agentbox CLI: {e}") from e
-            assert proc.stderr is not None and proc.stdout is not None
-            out_task = asyncio.ensure_future(proc.stdout.read())
-            tail: List[str] = []
-            async for raw in proc.stderr:
-                line = raw.decode("utf-8", "replace")
-                tail = (tail + [line])[-20:]
-                if on_progress is not None:
-                    on_progress(line.rstrip("\n"))
-            out = await out_task
-            if await proc.wait() != 0:
-                raise _core.AgentboxError(f"template build {name} failed: {''.join(tail).strip()}")
-        return from_dict(Template, json.loads(out))
 
 
 class AsyncSecrets:

@@ -7,10 +7,9 @@ import base64
 import codecs
 import json
 import os
-import shlex
 import tarfile
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._errors import APIError, AgentboxError, make_error
 from ._models import ExecResult, FileEvent, Output
@@ -299,43 +298,6 @@ def untar_safely(src: IO[bytes], local: Union[str, "os.PathLike[str]"]) -> int:
     return n
 
 
-# --- templates from blueprints ------------------------------------------
-
-
-def blueprint_argv(
-    cli: Optional[str],
-    name: str,
-    file: str,
-    pool: int,
-    no_cache: bool,
-) -> List[str]:
-    """The ``agentbox template build`` command line (see :meth:`Templates.build`)."""
-    exe = cli or os.environ.get("AGENTBOX_CLI") or "agentbox"
-    args = shlex.split(exe) + ["--json", "template", "build", "-f", file]
-    if pool:
-        args += ["--pool", str(pool)]
-    if no_cache:
-        args.append("--no-cache")
-    return args + [name]
-
-
-def blueprint_file(blueprint: Union[str, "os.PathLike[str]", Mapping[str, Any]], tmpdir: str) -> Tuple[str, Optional[str]]:
-    """A path to the blueprint: a path as given, or a mapping (or YAML text)
-    written to ``tmpdir``. Returns (path, base_dir for copy sources)."""
-    if isinstance(blueprint, Mapping):
-        p = os.path.join(tmpdir, "blueprint.yaml")
-        with open(p, "w") as f:
-            json.dump(blueprint, f)  # JSON is YAML
-        return p, None
-    s = os.fspath(blueprint)
-    if "\n" in s or s.lstrip().startswith("{"):
-        p = os.path.join(tmpdir, "blueprint.yaml")
-        with open(p, "w") as f:
-            f.write(s)
-        return p, None
-    return s, os.path.dirname(os.path.abspath(s))
-
-
 def url_with_token(pa: Mapping[str, Any], path_only: bool = False) -> str:
     """A port's URL that opens it: host-based if hostd has a domain, with the token unless public."""
     u = pa.get("url") or ""
@@ -353,13 +315,13 @@ def image_body(name: str, ref: str, pool_size: int, **image: Any) -> Dict[str, A
 
 
 def build_event(d: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """An image build's last event: its template (done) or raises its error;
-    None for a progress event."""
+    """A build's last event: its template (done) or raises its error (of
+    the event's status); None for a progress or log event."""
     if d.get("type") == "done":
         return d.get("template") or {}
     if d.get("type") == "error":
         err = d.get("error") or {}
-        raise make_error(str(err.get("code", "build_failed")), str(err.get("message", "")))
+        raise make_error(str(err.get("code", "build_failed")), str(err.get("message", "")), int(d.get("status") or 0))
     return None
 
 
