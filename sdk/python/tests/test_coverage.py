@@ -45,6 +45,7 @@ REACHABLE = {
     "forkSandbox": ["Sandbox.fork"],
     "pauseSandbox": ["Sandbox.pause"],
     "resumeSandbox": ["Sandbox.resume"],
+    "migrateSandbox": ["Sandbox.migrate"],
     "extendTimeout": ["Sandbox.extend"],
     "getUsage": ["Sandbox.usage"],
     "listSnapshots": ["Snapshots.list"],

@@ -250,6 +250,10 @@ export class Sandbox {
   async pause(): Promise<this> { return this.set(await this.client.json("POST", this.p("/pause"))); }
   /** Bring a paused sandbox back. */
   async resume(): Promise<this> { return this.set(await this.client.json("POST", this.p("/resume"))); }
+  /** Move the sandbox to another host of a fleet (`host`, or one the fleet places), with its files,
+   * processes and exec sessions. Only a fleet's control plane with a snapshot store does this;
+   * hostd alone answers 404. */
+  async migrate(host?: string): Promise<this> { return this.set(await this.client.json("POST", this.p("/migrate"), { json: host ? { host } : {} })); }
   /** Make the timeout end `seconds` from now. */
   async extend(seconds: number): Promise<this> { return this.set(await this.client.json("POST", this.p("/timeout"), { json: { timeout_s: seconds } })); }
   /** What the sandbox has consumed. */

@@ -20,7 +20,7 @@ const reachable: Record<string, string[]> = {
   listDir: ["Files.list", "Files.pages"], statFile: ["Files.stat", "Files.exists"], makeDir: ["Files.mkdir"], moveFile: ["Files.move"],
   getArchive: ["Files.downloadDir"], putArchive: ["Files.uploadDir"], watchDir: ["Files.watch"],
   snapshotSandbox: ["Sandbox.snapshot"], forkSandbox: ["Sandbox.fork"], pauseSandbox: ["Sandbox.pause"],
-  resumeSandbox: ["Sandbox.resume"], extendTimeout: ["Sandbox.extend"], getUsage: ["Sandbox.usage"],
+  resumeSandbox: ["Sandbox.resume"], migrateSandbox: ["Sandbox.migrate"], extendTimeout: ["Sandbox.extend"], getUsage: ["Sandbox.usage"],
   listSnapshots: ["Snapshots.list"], getSnapshot: ["Snapshots.get"], deleteSnapshot: ["Snapshots.delete"],
   diffSandbox: ["Sandbox.diff"], diffSnapshot: ["Snapshots.diff"], getSandboxLineage: ["Sandbox.lineage"], replaySnapshot: ["Snapshots.replay"],
   createTemplate: ["Templates.create", "Templates.buildImage"], buildTemplateFromContext: ["Templates.build"], listTemplates: ["Templates.list"],

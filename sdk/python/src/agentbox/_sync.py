@@ -339,6 +339,14 @@ class Sandbox:
         """Bring a paused sandbox back, with its files and processes."""
         return self._set(self._c._json("POST", self._p("/resume")))
 
+    def migrate(self, host: Optional[str] = None) -> "Sandbox":
+        """Move the sandbox to another host of a fleet (``host``, or one the
+        fleet places), with its files, processes and exec sessions. Only a
+        fleet's control plane with a snapshot store does this; hostd alone
+        answers NotFound."""
+        body = {"host": host} if host else {}
+        return self._set(self._c._json("POST", self._p("/migrate"), json=body))
+
     def extend(self, seconds: int) -> "Sandbox":
         """Make the sandbox's timeout end ``seconds`` from now."""
         return self._set(self._c._json("POST", self._p("/timeout"), json={"timeout_s": int(seconds)}))
