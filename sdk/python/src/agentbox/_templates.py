@@ -42,13 +42,18 @@ class Templates:
         registry_secret: Optional[str] = None,
         free_mib: int = 0,
         memory_mib: int = 0,
+        kernel: Optional[str] = None,
+        modules: Optional[str] = None,
         on_progress: Optional[Callable[[BuildEvent], Any]] = None,
     ) -> Template:
         """Build template ``name`` from OCI image ``ref`` (a registry reference,
         or an OCI layout or ``docker save`` tarball on hostd's machine) in
-        hostd; ``on_progress`` gets each :class:`BuildEvent`."""
+        hostd; ``on_progress`` gets each :class:`BuildEvent`. ``kernel`` is
+        the template's own guest kernel and ``modules`` its modules' directory
+        (paths on hostd's machine under a directory it imports from; default:
+        hostd's)."""
         body = _core.image_body(name, ref, pool_size, insecure=insecure, registry_secret=registry_secret,
-                                free_mib=free_mib, memory_mib=memory_mib)
+                                free_mib=free_mib, memory_mib=memory_mib, kernel=kernel, modules=modules)
         with self._c._stream("POST", "/v1/templates", json=body, timeout=None) as resp:
             for line in resp.iter_lines():
                 d = _core.parse_line(line)
