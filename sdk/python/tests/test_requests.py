@@ -4,7 +4,8 @@ hostd/api/openapi.yaml. Each method is called, with a value for each of its
 parameters, against a real HTTP server on loopback that records the
 requests and answers each with an API error; the requests are then matched
 against the spec's method and path templates, and their JSON keys (nested
-ones as ``image.ref``, ``mounts[].type``) against its request schemas.
+ones as ``image.ref``, ``mounts[].type``) against its request schemas and
+their bodies' Content-Type (JSON, a file's bytes, a tar) against the spec's.
 Needs no hostd."""
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = None
         if ctype.startswith("application/json") and raw:
             body = json.loads(raw)
-        rec = {"method": self.command, "path": u.path, "query": parse_qs(u.query), "ctype": ctype, "json": body}
+        rec = {"method": self.command, "path": u.path, "query": parse_qs(u.query), "ctype": ctype, "json": body,
+               "has_body": bool(raw)}
         with self.server.lock:
             self.server.log.append(rec)
         status, answer = 404, NOT_FOUND
@@ -174,8 +176,8 @@ def sent_fields(v: Any, prefix: str = "") -> Set[str]:
 
 
 class Op:
-    def __init__(self, op_id: str, method: str, template: str, fields: Optional[Set[str]]) -> None:
-        self.id, self.method, self.template, self.fields = op_id, method, template, fields
+    def __init__(self, op_id: str, method: str, template: str, fields: Optional[Set[str]], ctypes: Set[str]) -> None:
+        self.id, self.method, self.template, self.fields, self.ctypes = op_id, method, template, fields, ctypes
         self.literal = len(re.sub(r"\{[^}]+\}", "", template))
         self.rx = re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$")
 
@@ -188,9 +190,10 @@ def spec_ops() -> Dict[str, Op]:
         for method, op in item.items():
             if not isinstance(op, dict) or "operationId" not in op:
                 continue
-            media = op.get("requestBody", {}).get("content", {}).get("application/json")
+            content = op.get("requestBody", {}).get("content", {})
+            media = content.get("application/json")
             fields = schema_fields(schemas, media["schema"]) if media else None
-            ops[op["operationId"]] = Op(op["operationId"], method.upper(), path, fields)
+            ops[op["operationId"]] = Op(op["operationId"], method.upper(), path, fields, set(content))
     return ops
 
 
@@ -332,7 +335,11 @@ def check(calls: Calls, flavor: str) -> None:
         for r, op in zip(reqs, got):
             if op is None:
                 problems.append(f"{flavor} {qual} sent {r['method']} {r['path']}, which is no operation of the spec")
-            elif r["json"] is not None:
+                continue
+            if r["has_body"] and r["ctype"].split(";")[0].strip() not in ops[op].ctypes:
+                problems.append(f"{flavor} {qual} sent {op} a body of Content-Type {r['ctype']!r}, not one of the spec's "
+                                f"{sorted(ops[op].ctypes)}")
+            if r["json"] is not None:
                 sent.setdefault(op, set()).update(sent_fields(r["json"]))
         for op in want:
             if op not in got:

@@ -373,7 +373,7 @@ export class Files {
   /** Write `data` (string, bytes, or a stream, streamed) to `p`, atomically; parents are created. */
   async write(p: string, data: Data, opts: { mode?: number | string } = {}): Promise<void> {
     const mode = opts.mode === undefined ? undefined : typeof opts.mode === "string" ? opts.mode : opts.mode.toString(8).padStart(4, "0");
-    await this.f("PUT", "", p, { body: toBody(data), query: { mode }, expect: [204] });
+    await this.f("PUT", "", p, { body: toBody(data), contentType: "application/octet-stream", query: { mode }, expect: [204] });
   }
   /** The entries of directory `p`, every page of them (see `pages`). */
   async list(p: string): Promise<FileInfo[]> {
@@ -411,7 +411,7 @@ export class Files {
   /** Copy local directory `local` into `remote` as a tar.gz stream. */
   async uploadDir(local: string, remote: string): Promise<{ entries: number; bytes: number }> {
     const body = Readable.toWeb(tarDir(local)) as unknown as ReadableStream<Uint8Array>;
-    return (await (await this.f("PUT", "/archive", remote, { body })).json()) as { entries: number; bytes: number };
+    return (await (await this.f("PUT", "/archive", remote, { body, contentType: "application/x-tar" })).json()) as { entries: number; bytes: number };
   }
   /** Copy guest directory `remote` into `local`, refusing entries that would escape it. */
   async downloadDir(remote: string, local: string): Promise<number> {
@@ -448,11 +448,19 @@ export class Snapshots {
   diff(id: string, against: string, opts: DiffOptions = {}): Promise<Diff> {
     return this.c.json("GET", `/v1/snapshots/${id}/diff`, { query: diffQuery(against, opts, undefined) });
   }
-  /** Restore the snapshot `n` times and run `cmd` (a string runs through `sh -c`) in each; `onProgress` gets each
-   * started/finished line. Resolves to `{runs: [{index, exit_code, stdout, stderr, group}], groups, differ}`. */
-  async replay(id: string, cmd: string | string[], n = 3, onProgress?: (ev: Record<string, any>) => void): Promise<ReplayResult> {
+  /** Restore the snapshot `n` times and run `cmd` (a string runs through `sh -c`) in each; `env`, `cwd` and
+   * `timeoutS` are each run's, `keep` keeps the restored sandboxes, `onProgress` (or a function in place of the
+   * options) gets each started/finished line. Resolves to `{runs: [{index, exit_code, stdout, stderr, group}], groups, differ}`. */
+  async replay(id: string, cmd: string | string[], n = 3, opts: ReplayOptions | ((ev: Record<string, any>) => void) = {}): Promise<ReplayResult> {
+    const o: ReplayOptions = typeof opts === "function" ? { onProgress: opts } : opts;
+    const onProgress = o.onProgress;
     const argv = typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd;
-    const resp = await this.c.fetch("POST", `/v1/snapshots/${id}/replay`, { query: { stream: true }, json: { cmd: argv, n } });
+    const json: Record<string, unknown> = { cmd: argv, n };
+    if (o.env) json.env = o.env;
+    if (o.cwd) json.cwd = o.cwd;
+    if (o.timeoutS) json.timeout_s = o.timeoutS;
+    if (o.keep) json.keep = true;
+    const resp = await this.c.fetch("POST", `/v1/snapshots/${id}/replay`, { query: { stream: true }, json });
     for await (const line of lines(resp.body)) {
       if (!line.trim()) continue;
       const ev = JSON.parse(line);
@@ -464,6 +472,8 @@ export class Snapshots {
   }
 }
 
+/** Options of a replay: each run's env, cwd and timeout; whether to keep the restored sandboxes; progress lines. */
+export interface ReplayOptions { env?: Record<string, string>; cwd?: string; timeoutS?: number; keep?: boolean; onProgress?: (ev: Record<string, any>) => void }
 /** Options of a diff: a subtree, patches, how candidates are found, excludes, the events side by side. */
 export interface DiffOptions { path?: string; patch?: boolean; method?: "auto" | "journal" | "walk" | "full"; exclude?: string[]; events?: boolean }
 /** A diff (see the API's Diff schema). */
@@ -500,6 +510,8 @@ export class Templates {
     if (opts.registrySecret) image.registry_secret = opts.registrySecret;
     if (opts.freeMiB) image.free_mib = opts.freeMiB;
     if (opts.memoryMiB) image.memory_mib = opts.memoryMiB;
+    if (opts.kernel) image.kernel = opts.kernel;
+    if (opts.modules) image.modules = opts.modules;
     const resp = await this.c.fetch("POST", "/v1/templates", { json: { name, image, pool_size: opts.poolSize ?? 0 }, expect: [200] });
     for await (const line of lines(resp.body)) {
       const ev = parseLine(line);

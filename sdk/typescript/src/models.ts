@@ -137,6 +137,8 @@ export interface BuildOptions {
 /** Options of `templates.buildImage`. */
 export interface ImageBuildOptions {
   poolSize?: number; insecure?: boolean; registrySecret?: string; freeMiB?: number; memoryMiB?: number;
+  /** The template's own guest kernel and its modules' directory: paths on hostd's machine under a directory it imports from (default: hostd's). */
+  kernel?: string; modules?: string;
   onProgress?: (ev: BuildEvent) => void;
 }
 

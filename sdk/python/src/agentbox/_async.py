@@ -582,7 +582,8 @@ class AsyncFiles:
         params = {}
         if mode is not None:
             params["mode"] = mode if isinstance(mode, str) else format(mode, "04o")
-        await self._req("PUT", "", path, expect=(204,), params=params, content=_body(data))  # type: ignore[arg-type]
+        await self._req("PUT", "", path, expect=(204,), params=params, content=_body(data),  # type: ignore[arg-type]
+                        headers={"Content-Type": _core.FILE_TYPE})
 
     async def list(self, path: str) -> List[FileInfo]:
         """The entries of directory ``path``, every page of them (see :meth:`pages`)."""
@@ -630,7 +631,8 @@ class AsyncFiles:
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as tmp:
             _core.tar_dir(local, tmp)  # type: ignore[arg-type]
             tmp.seek(0)
-            resp = await self._req("PUT", "/archive", remote, content=_achunks(_core.file_chunks(tmp)))  # type: ignore[arg-type]
+            resp = await self._req("PUT", "/archive", remote, content=_achunks(_core.file_chunks(tmp)),  # type: ignore[arg-type]
+                                   headers={"Content-Type": _core.TAR_TYPE})
             return resp.json()  # type: ignore[no-any-return]
 
     async def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:

@@ -20,6 +20,9 @@ USER_AGENT = "agentbox-python/0.1.0"
 #: The largest NDJSON line accepted (1 MiB of output is 1.4 MiB in base64).
 MAX_LINE = 4 << 20
 CHUNK = 256 << 10
+#: The Content-Types of a file's bytes (PUT .../files) and of a tar (PUT .../files/archive), as the spec has them.
+FILE_TYPE = "application/octet-stream"
+TAR_TYPE = "application/x-tar"
 
 Command = Union[str, Sequence[str]]
 OutputCallback = Callable[[str], Any]

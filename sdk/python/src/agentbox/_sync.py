@@ -545,7 +545,8 @@ class Files:
         params = {}
         if mode is not None:
             params["mode"] = mode if isinstance(mode, str) else format(mode, "04o")
-        self._req("PUT", "", path, expect=(204,), params=params, content=_body(data))
+        self._req("PUT", "", path, expect=(204,), params=params, content=_body(data),
+                  headers={"Content-Type": _core.FILE_TYPE})
 
     def list(self, path: str) -> List[FileInfo]:
         """The entries of directory ``path``, every page of them (see :meth:`pages`)."""
@@ -593,7 +594,9 @@ class Files:
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as tmp:
             _core.tar_dir(local, tmp)  # type: ignore[arg-type]
             tmp.seek(0)
-            return self._req("PUT", "/archive", remote, content=_core.file_chunks(tmp)).json()  # type: ignore[arg-type]
+            resp = self._req("PUT", "/archive", remote, content=_core.file_chunks(tmp),  # type: ignore[arg-type]
+                             headers={"Content-Type": _core.TAR_TYPE})
+            return resp.json()  # type: ignore[no-any-return]
 
     def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
         """Copy guest directory ``remote`` into ``local``, refusing entries
