@@ -4,8 +4,9 @@ hostd/api/openapi.yaml. Each method is called, with a value for each of its
 parameters, against a real HTTP server on loopback that records the
 requests and answers each with an API error; the requests are then matched
 against the spec's method and path templates, and their JSON keys (nested
-ones as ``image.ref``, ``mounts[].type``) against its request schemas and
-their bodies' Content-Type (JSON, a file's bytes, a tar) against the spec's.
+ones as ``image.ref``, ``mounts[].type``) against its request schemas, their
+query parameters against its parameters and their bodies' Content-Type
+(JSON, a file's bytes, a tar) against its request bodies'.
 Needs no hostd."""
 
 from __future__ import annotations
@@ -32,6 +33,22 @@ from test_coverage import REACHABLE, SPEC
 # (operationId, field) -> why no method sends it. test_shapes' table, less
 # the PTY flag: Sandbox.pty sends tty.
 LEFT_OUT = {k: v for k, v in test_shapes.LEFT_OUT.items() if k != ("execCommand", "tty")}
+
+# (operationId, query parameter) -> why no method sends it.
+LEFT_OUT_QUERY = {
+    ("listSandboxes", "project"): "an admin's filter across projects: the CLI's, not an agent's SDK",
+    ("listSnapshots", "project"): "an admin's filter across projects: the CLI's, not an agent's SDK",
+    ("listTemplates", "project"): "an admin's filter across projects: the CLI's, not an agent's SDK",
+    ("listSecrets", "project"): "an admin's filter across projects: the CLI's, not an agent's SDK",
+    ("listSandboxEvents", "format"): "the SDK reads events as JSON (format=otlp is for collectors)",
+    ("diffSandbox", "max_patch_bytes"): "hostd's default bound on a patch; not offered",
+    ("diffSandbox", "limit"): "Sandbox.diff follows every page; the page size is hostd's",
+    ("diffSnapshot", "max_patch_bytes"): "hostd's default bound on a patch; not offered",
+    ("diffSnapshot", "limit"): "Snapshots.diff answers one page of hostd's size",
+    ("diffSnapshot", "cursor"): "Snapshots.diff answers one page (its next_cursor is in the answer)",
+    ("diffSnapshot", "exclude"): "not offered by Snapshots.diff (Sandbox.diff has it)",
+    ("diffSnapshot", "events"): "not offered by Snapshots.diff (Sandbox.diff has it)",
+}
 
 KEEP_DEFAULT = object()  # a VALUES entry that leaves the parameter at its default
 
@@ -70,6 +87,13 @@ VALUES: Dict[str, Any] = {
     "Templates.build:blueprint": KEEP_DEFAULT,  # a dockerfile build instead (one or the other)
     "Templates.create:pool_size": 2,
     "Keys.create:expires_in_s": 3600,
+}
+# Class.method -> more calls of it, each with these VALUES overridden.
+VARIANTS: Dict[str, List[Dict[str, Any]]] = {
+    "Sandbox.events": [{"follow": True}],
+    "Sandbox.run": [{"background": KEEP_DEFAULT}],  # streamed, not in the background
+    "Templates.build": [{"blueprint": {"base": "b-test", "steps": [{"run": "true"}]}, "dockerfile": KEEP_DEFAULT,
+                         "context": KEEP_DEFAULT}],
 }
 # create's **limits: the API's other create fields, passed explicitly.
 LIMITS = {"cpu_quota": 0.5, "host_memory_mib": 1024, "disk_mib": 2048, "disk_bps": 1 << 20, "net_bps": 1 << 20,
@@ -126,9 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
                "has_body": bool(raw)}
         with self.server.lock:
             self.server.log.append(rec)
-        status, answer = 404, NOT_FOUND
-        if self.command == "POST" and u.path.endswith("/exec") and isinstance(body, dict) and body.get("background"):
-            status, answer = 202, json.dumps({"exec_id": "ex-test"}).encode()
+        status, answer = answer_to(rec)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
@@ -138,6 +160,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+
+
+def answer_to(rec: Dict[str, Any]) -> Tuple[int, bytes]:
+    """The API error, but a background exec gets its 202 (so Sandbox.pty
+    goes on to the PTY WebSocket), and a listing's or diff's first page a
+    next page (so the cursor is sent)."""
+    path, body = rec["path"], rec["json"]
+    if rec["method"] == "POST" and path.endswith("/exec") and isinstance(body, dict) and body.get("background"):
+        return 202, json.dumps({"exec_id": "ex-test"}).encode()
+    if rec["method"] == "GET" and path.endswith(("/files/list", "/diff")) and "cursor" not in rec["query"]:
+        return 200, json.dumps({"entries": [], "next_cursor": "c-test", "method": "walk", "reason": ""}).encode()
+    return 404, NOT_FOUND
 
 
 # --- the spec ---------------------------------------------------------------
@@ -176,8 +210,10 @@ def sent_fields(v: Any, prefix: str = "") -> Set[str]:
 
 
 class Op:
-    def __init__(self, op_id: str, method: str, template: str, fields: Optional[Set[str]], ctypes: Set[str]) -> None:
+    def __init__(self, op_id: str, method: str, template: str, fields: Optional[Set[str]], ctypes: Set[str],
+                 query: Set[str]) -> None:
         self.id, self.method, self.template, self.fields, self.ctypes = op_id, method, template, fields, ctypes
+        self.query = query
         self.literal = len(re.sub(r"\{[^}]+\}", "", template))
         self.rx = re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$")
 
@@ -193,7 +229,10 @@ def spec_ops() -> Dict[str, Op]:
             content = op.get("requestBody", {}).get("content", {})
             media = content.get("application/json")
             fields = schema_fields(schemas, media["schema"]) if media else None
-            ops[op["operationId"]] = Op(op["operationId"], method.upper(), path, fields, set(content))
+            params = [spec["components"]["parameters"][x["$ref"].rsplit("/", 1)[-1]] if "$ref" in x else x
+                      for x in op.get("parameters", []) + item.get("parameters", [])]
+            query = {x["name"] for x in params if x["in"] == "query"}
+            ops[op["operationId"]] = Op(op["operationId"], method.upper(), path, fields, set(content), query)
     return ops
 
 
@@ -211,7 +250,7 @@ def match(ops: Dict[str, Op], rec: Dict[str, Any]) -> Optional[str]:
 # --- calling every method ---------------------------------------------------
 
 
-def arguments(qual: str, fn: Callable[..., Any], tmp: Path) -> Dict[str, Any]:
+def arguments(qual: str, fn: Callable[..., Any], tmp: Path, variant: Dict[str, Any]) -> Dict[str, Any]:
     """A value for each parameter of fn (qual is Class.method): VALUES, a
     directory for DIRS, LIMITS for **limits; raises for a required one
     without a value."""
@@ -222,10 +261,10 @@ def arguments(qual: str, fn: Callable[..., Any], tmp: Path) -> Dict[str, Any]:
         if p.kind is p.VAR_KEYWORD:
             kw.update(LIMITS if qual in ("Client.create", "Client.sandbox") else {})
             if qual == "Client.sandbox":  # takes create's arguments
-                kw.update(arguments("Client.create", agentbox.Client.create, tmp))
+                kw.update(arguments("Client.create", agentbox.Client.create, tmp, {}))
             continue
-        v = VALUES.get(f"{qual}:{p.name}", VALUES.get(p.name, KEEP_DEFAULT))
-        if p.name in DIRS:
+        v = variant.get(p.name, VALUES.get(f"{qual}:{p.name}", VALUES.get(p.name, KEEP_DEFAULT)))
+        if p.name in DIRS and v is KEEP_DEFAULT and p.name not in variant:
             v = tmp / f"{qual}-{p.name}"
             v.mkdir(parents=True, exist_ok=True)
             (v / "f.txt").write_text("x")
@@ -255,11 +294,11 @@ def methods() -> Dict[str, List[str]]:
     return out
 
 
-def call_sync(c: agentbox.Client, qual: str, tmp: Path) -> Optional[BaseException]:
+def call_sync(c: agentbox.Client, qual: str, tmp: Path, variant: Dict[str, Any]) -> Optional[BaseException]:
     cls, name = qual.split(".")
     fn = getattr(objects(c, "")[cls], name)
     try:
-        r = fn(**arguments(qual, getattr(agentbox, cls).__dict__[name], tmp))
+        r = fn(**arguments(qual, getattr(agentbox, cls).__dict__[name], tmp, variant))
         if hasattr(r, "__enter__"):
             with r:
                 pass
@@ -270,11 +309,11 @@ def call_sync(c: agentbox.Client, qual: str, tmp: Path) -> Optional[BaseExceptio
     return None
 
 
-async def call_async(c: agentbox.AsyncClient, qual: str, tmp: Path) -> Optional[BaseException]:
+async def call_async(c: agentbox.AsyncClient, qual: str, tmp: Path, variant: Dict[str, Any]) -> Optional[BaseException]:
     cls, name = qual.split(".")
     fn = getattr(objects(c, "Async")[cls], name)
     try:
-        r = fn(**arguments(qual, getattr(agentbox, "Async" + cls).__dict__[name], tmp))
+        r = fn(**arguments(qual, getattr(agentbox, "Async" + cls).__dict__[name], tmp, variant))
         if inspect.isawaitable(r):
             r = await r
         if hasattr(r, "__aenter__"):
@@ -300,26 +339,32 @@ def recorder() -> Iterator[Recorder]:
         t.join()
 
 
-Calls = Dict[str, Tuple[List[Dict[str, Any]], Optional[BaseException]]]
+Calls = Dict[str, Tuple[List[Dict[str, Any]], List[Optional[BaseException]]]]
 
 
 def run_all(recorder: Recorder, flavor: str, tmp: Path) -> Calls:
-    """Calls every method once; returns each one's requests and error."""
+    """Calls every method (and its VARIANTS); returns each one's requests and errors."""
     out: Calls = {}
+
+    def keep(qual: str, start: int, err: Optional[BaseException]) -> None:
+        reqs, errs = out.setdefault(qual, ([], []))
+        reqs.extend(recorder.log[start:])
+        errs.append(err)
+
     if flavor == "":
         with agentbox.Client(recorder.url, "test", timeout=30) as c:
             for qual in methods():
-                start = len(recorder.log)
-                err = call_sync(c, qual, tmp)
-                out[qual] = (recorder.log[start:], err)
+                for v in [{}] + VARIANTS.get(qual, []):
+                    start = len(recorder.log)
+                    keep(qual, start, call_sync(c, qual, tmp, v))
         return out
 
     async def go() -> None:
         async with agentbox.AsyncClient(recorder.url, "test", timeout=30) as c:
             for qual in methods():
-                start = len(recorder.log)
-                err = await call_async(c, qual, tmp)
-                out[qual] = (recorder.log[start:], err)
+                for v in [{}] + VARIANTS.get(qual, []):
+                    start = len(recorder.log)
+                    keep(qual, start, await call_async(c, qual, tmp, v))
 
     asyncio.run(go())
     return out
@@ -329,6 +374,7 @@ def check(calls: Calls, flavor: str) -> None:
     ops = spec_ops()
     problems: List[str] = []
     sent: Dict[str, Set[str]] = {}
+    queries: Dict[str, Set[str]] = {}
     for qual, want in methods().items():
         reqs, err = calls[qual]
         got = [match(ops, r) for r in reqs]
@@ -341,11 +387,12 @@ def check(calls: Calls, flavor: str) -> None:
                                 f"{sorted(ops[op].ctypes)}")
             if r["json"] is not None:
                 sent.setdefault(op, set()).update(sent_fields(r["json"]))
+            queries.setdefault(op, set()).update(r["query"])
         for op in want:
             if op not in got:
                 seen = ", ".join(f"{r['method']} {r['path']}" for r in reqs) or "nothing"
                 problems.append(f"{flavor} {qual} does not call {op} ({ops[op].method} {ops[op].template}): "
-                                f"it sent {seen} (its error: {err!r})")
+                                f"it sent {seen} (its errors: {err!r})")
     for op in sorted(ops):
         fields = ops[op].fields
         if fields is None:
@@ -360,6 +407,17 @@ def check(calls: Calls, flavor: str) -> None:
         stale = sorted(f for (o, f) in LEFT_OUT if o == op and (f in got or f not in fields))
         if stale:
             problems.append(f"LEFT_OUT entries of {op} that are sent or no longer in the spec: {stale}")
+    for op in sorted(ops):
+        q = queries.get(op, set())
+        missing = sorted(ops[op].query - q - {f for (o, f) in LEFT_OUT_QUERY if o == op})
+        if missing:
+            problems.append(f"{flavor} SDK never sends {op}'s query parameters {missing} (methods: {REACHABLE.get(op)})")
+        unknown = sorted(q - ops[op].query)
+        if unknown:
+            problems.append(f"{flavor} SDK sends {op} query parameters the spec does not have: {unknown}")
+        stale = sorted(f for (o, f) in LEFT_OUT_QUERY if o == op and (f in q or f not in ops[op].query))
+        if stale:
+            problems.append(f"LEFT_OUT_QUERY entries of {op} that are sent or no longer in the spec: {stale}")
     assert not problems, "requests that do not match hostd/api/openapi.yaml:\n  " + "\n  ".join(problems)
 
 
@@ -374,7 +432,10 @@ def test_async_methods_send_their_requests(recorder: Recorder, tmp_path: Path) -
 def test_tables_are_current() -> None:
     ops = spec_ops()
     stale = [k for k in LEFT_OUT if ops.get(k[0]) is None or ops[k[0]].fields is None or k[1] not in ops[k[0]].fields]
+    stale += [k for k in LEFT_OUT_QUERY if ops.get(k[0]) is None or k[1] not in ops[k[0]].query]
     assert not stale, f"LEFT_OUT entries no longer in the spec: {stale}"
+    assert all(LEFT_OUT.values()) and all(LEFT_OUT_QUERY.values()), "every left-out field needs a reason"
+    assert not set(VARIANTS) - set(methods()), f"VARIANTS of no REACHABLE method: {set(VARIANTS) - set(methods())}"
     params = {p for m in methods() for flavor in ("", "Async")
               for p in inspect.signature(getattr(getattr(agentbox, flavor + m.split(".")[0]), m.split(".")[1])).parameters}
     unused = sorted(k for k in VALUES if k.split(":")[-1] not in params | DIRS)
