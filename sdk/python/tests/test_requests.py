@@ -46,8 +46,6 @@ LEFT_OUT_QUERY = {
     ("diffSnapshot", "max_patch_bytes"): "hostd's default bound on a patch; not offered",
     ("diffSnapshot", "limit"): "Snapshots.diff answers one page of hostd's size",
     ("diffSnapshot", "cursor"): "Snapshots.diff answers one page (its next_cursor is in the answer)",
-    ("diffSnapshot", "exclude"): "not offered by Snapshots.diff (Sandbox.diff has it)",
-    ("diffSnapshot", "events"): "not offered by Snapshots.diff (Sandbox.diff has it)",
 }
 
 KEEP_DEFAULT = object()  # a VALUES entry that leaves the parameter at its default

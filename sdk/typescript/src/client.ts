@@ -15,6 +15,8 @@ import { Pty } from "./pty.js";
 import { ExecReader, lines, parseLine, streamError } from "./stream.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:7070";
+/** The most events a page of `GET …/events` may ask for. */
+const MAX_EVENTS_PAGE = 10000;
 const DEFAULT_DATA_DIR = "/var/lib/agentbox";
 
 /** Options of `new Client()`. */
@@ -289,7 +291,7 @@ export class Sandbox {
     }
     let n = 0;
     for (;;) {
-      const page = await this.client.json("GET", this.p("/events"), { query: { ...q, after } });
+      const page = await this.client.json("GET", this.p("/events"), { query: { ...q, after, limit: opts.limit ? Math.min(opts.limit, MAX_EVENTS_PAGE) : undefined } });
       for (const e of page.events) { yield e; if (opts.limit && ++n >= opts.limit) return; }
       if (page.events.length === 0 || page.next_after === after) return;
       after = page.next_after;

@@ -4,8 +4,9 @@
 // real HTTP server on loopback that records the requests and answers each
 // with an API error; the requests are then matched against the spec's
 // method and path templates, and their JSON keys (nested ones as
-// `image.ref`, `mounts[].type`) against its request schemas and their
-// bodies' Content-Type (JSON, a file's bytes, a tar) against the spec's.
+// `image.ref`, `mounts[].type`) against its request schemas, their query
+// parameters against its parameters and their bodies' Content-Type (JSON, a
+// file's bytes, a tar) against its request bodies'.
 // Needs no hostd.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -28,28 +29,44 @@ const leftOut: Record<string, string> = {
   "createTemplate.shared": "admin-only sharing is for the CLI, not an agent's SDK",
 };
 
+// (operationId, query parameter) -> why no method sends it.
+const leftOutQuery: Record<string, string> = {
+  "listSandboxes.project": "an admin's filter across projects: the CLI's, not an agent's SDK",
+  "listSnapshots.project": "an admin's filter across projects: the CLI's, not an agent's SDK",
+  "listTemplates.project": "an admin's filter across projects: the CLI's, not an agent's SDK",
+  "listSecrets.project": "an admin's filter across projects: the CLI's, not an agent's SDK",
+  "listSandboxEvents.format": "the SDK reads events as JSON (format=otlp is for collectors)",
+  "diffSandbox.max_patch_bytes": "hostd's default bound on a patch; not offered",
+  "diffSandbox.limit": "Sandbox.diff follows every page; the page size is hostd's",
+  "diffSnapshot.max_patch_bytes": "hostd's default bound on a patch; not offered",
+  "diffSnapshot.limit": "Snapshots.diff answers one page of hostd's size",
+  "diffSnapshot.cursor": "Snapshots.diff answers one page (its next_cursor is in the answer)",
+};
+
 // --- a minimal reader of the spec's YAML -----------------------------------
-// Only block mappings (what paths, operations and schemas are made of); list
-// items, block scalars and flow values are kept as strings or skipped. (The
-// SDK has no YAML dependency and a test should not add one.)
+// Block mappings and block sequences (an item becomes the key "#n" of its
+// parent), as the spec writes them (a sequence indented under its key);
+// block scalars and flow values are kept as strings or skipped. (The SDK
+// has no YAML dependency and a test should not add one.)
 type Node = { [k: string]: Node | string };
 function parseYAML(text: string): Node {
   const root: Node = {};
   const stack: { indent: number; node: Node }[] = [{ indent: -1, node: root }];
-  let skipDeeper = -1; // skip lines indented deeper than this (a scalar's or a list item's continuation)
-  for (const raw of text.split("\n")) {
-    if (!raw.trim() || raw.trimStart().startsWith("#")) continue;
-    const indent = raw.length - raw.trimStart().length;
-    if (skipDeeper >= 0 && indent > skipDeeper) continue;
-    skipDeeper = -1;
-    const line = raw.trim();
-    if (line.startsWith("- ") || line === "-") { skipDeeper = indent; continue; }
-    const m = line.match(/^("[^"]*"|'[^']*'|[^:]+):(?:\s+(.*))?$/);
-    if (!m) { skipDeeper = indent; continue; }
+  let skipDeeper = -1; // skip lines indented deeper than this (a scalar's continuation)
+  const entry = (line: string, indent: number): void => {
     while (stack[stack.length - 1].indent >= indent) stack.pop();
+    const parent = stack[stack.length - 1].node;
+    if (line.startsWith("- ") || line === "-") {
+      const item: Node = {};
+      parent[`#${Object.keys(parent).length}`] = item;
+      stack.push({ indent, node: item });
+      if (line.length > 2) entry(line.slice(2).trim(), indent + 2);
+      return;
+    }
+    const m = line.match(/^("[^"]*"|'[^']*'|[^:]+):(?:\s+(.*))?$/);
+    if (!m) { skipDeeper = indent; return; } // a scalar item
     const key = m[1].replace(/^["']|["']$/g, "");
     const value = (m[2] ?? "").replace(/\s+#.*$/, "");
-    const parent = stack[stack.length - 1].node;
     if (value === "") {
       const child: Node = {};
       parent[key] = child;
@@ -58,6 +75,13 @@ function parseYAML(text: string): Node {
       parent[key] = value.replace(/^["']|["']$/g, "");
       skipDeeper = indent; // a block scalar (| or >) or a plain one continued
     }
+  };
+  for (const raw of text.split("\n")) {
+    if (!raw.trim() || raw.trimStart().startsWith("#")) continue;
+    const indent = raw.length - raw.trimStart().length;
+    if (skipDeeper >= 0 && indent > skipDeeper) continue;
+    skipDeeper = -1;
+    entry(raw.trim(), indent);
   }
   return root;
 }
@@ -80,8 +104,13 @@ function schemaFields(s: Node | string | undefined, prefix = ""): string[] {
   }
   return out;
 }
-interface Op { id: string; method: string; template: string; rx: RegExp; literal: number; fields?: Set<string>; types: string[] }
+interface Op { id: string; method: string; template: string; rx: RegExp; literal: number; fields?: Set<string>; types: string[]; query: Set<string> }
 const ops = new Map<string, Op>();
+const parameters = (spec.components as Node).parameters as Node;
+/** The names of the query parameters of an operation or path item. */
+const queryOf = (n: Node): string[] => Object.values((n.parameters ?? {}) as Node)
+  .map((x) => (typeof (x as Node).$ref === "string" ? parameters[((x as Node).$ref as string).split("/").pop()!] : x) as Node)
+  .filter((x) => x.in === "query").map((x) => x.name as string);
 for (const [template, item] of Object.entries(spec.paths as Node)) {
   for (const [method, op] of Object.entries(item as Node)) {
     if (typeof op !== "object" || typeof op.operationId !== "string") continue;
@@ -89,7 +118,8 @@ for (const [template, item] of Object.entries(spec.paths as Node)) {
     const media = content["application/json"] as Node | undefined;
     const rx = new RegExp("^" + template.replace(/[.*+?^$()|[\]\\]/g, "\\$&").replace(/\{[^}]+\}/g, "[^/]+") + "$");
     ops.set(op.operationId, { id: op.operationId, method: method.toUpperCase(), template, rx,
-      literal: template.replace(/\{[^}]+\}/g, "").length, fields: media ? new Set(schemaFields(media.schema)) : undefined, types: Object.keys(content) });
+      literal: template.replace(/\{[^}]+\}/g, "").length, fields: media ? new Set(schemaFields(media.schema)) : undefined, types: Object.keys(content),
+      query: new Set([...queryOf(op), ...queryOf(item as Node)]) });
   }
 }
 
@@ -122,6 +152,16 @@ function record(req: IncomingMessage, body: Buffer): Rec {
   return rec;
 }
 
+/** The API error, but a background exec gets its 202 (so that Sandbox.pty goes on to the PTY
+ * WebSocket), and a listing's or diff's first page a next page (so that the cursor is sent). */
+function answerTo(r: Rec): [number, string] {
+  if (r.method === "POST" && r.path.endsWith("/exec") && (r.json as any)?.background) return [202, JSON.stringify({ exec_id: "ex-test" })];
+  if (r.method === "GET" && /\/(files\/list|diff)$/.test(r.path) && !r.query.has("cursor")) {
+    return [200, JSON.stringify({ entries: [], next_cursor: "c-test", method: "walk", reason: "" })];
+  }
+  return [404, notFound];
+}
+
 let server: Server;
 let url = "";
 const tmp = mkdtempSync(path.join(os.tmpdir(), "sdk-requests-"));
@@ -131,10 +171,8 @@ before(async () => {
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const r = record(req, Buffer.concat(chunks));
-      // A background exec gets its 202, so that Sandbox.pty goes on to the PTY WebSocket.
-      const bg = r.method === "POST" && r.path.endsWith("/exec") && (r.json as any)?.background;
-      const answer = bg ? JSON.stringify({ exec_id: "ex-test" }) : notFound;
-      res.writeHead(bg ? 202 : 404, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(answer), Connection: "close" });
+      const [status, answer] = answerTo(r);
+      res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(answer), Connection: "close" });
       res.end(answer);
     });
   });
@@ -233,6 +271,7 @@ const calls: Record<string, (o: Objs) => unknown> = {
   "Templates.build": (o) => o.client.templates.build("n-test", undefined, {
     dockerfile: "FROM scratch\n", context: dir("ctx-"), buildArgs: { V: "1" }, pool: 1, noCache: true, onProgress: cb }),
   "Templates.delete": (o) => o.client.templates.delete("n-test"),
+  "Templates.build.blueprint": (o) => o.client.templates.build("n-test", { base: "b-test", steps: [{ run: "true" }] }, { pool: 1 }),
   "Network.get": (o) => o.sb.network.get(),
   "Network.update": (o) => o.sb.network.update({ allow_domains: ["example.com"], allow_cidrs: ["10.0.0.0/8"], allow_ports: [443], inject }),
   "Sandbox.events.follow": (o) => o.sb.events({ follow: true, types: ["exec"], after: 1 }),
@@ -271,6 +310,7 @@ test("every method sends its operation's request, and they send every body field
 
   const problems: string[] = [];
   const sent = new Map<string, Set<string>>();
+  const queries = new Map<string, Set<string>>();
   const got = new Map<string, Set<string>>(); // method -> the operations it called
   const errors = new Map<string, unknown>();
   for (const [key, call] of Object.entries(calls)) {
@@ -281,6 +321,7 @@ test("every method sends its operation's request, and they send every body field
       if (!op) { problems.push(`${key} sent ${r.method} ${r.path}, which is no operation of the spec`); continue; }
       const type = r.contentType.split(";")[0].trim();
       if (r.hasBody && !op.types.includes(type)) problems.push(`${key} sent ${op.id} a body of Content-Type "${r.contentType}", not one of the spec's ${op.types.join(", ")}`);
+      queries.set(op.id, new Set([...(queries.get(op.id) ?? []), ...r.query.keys()]));
       const m = methodOf(key);
       got.set(m, (got.get(m) ?? new Set()).add(op.id));
       if (r.json !== undefined) {
@@ -310,6 +351,18 @@ test("every method sends its operation's request, and they send every body field
     const [op, f] = k.split(".");
     if (!ops.get(op)?.fields?.has(f) || sent.get(op)?.has(f)) problems.push(`leftOut entry ${k} is sent or no longer in the spec`);
   }
+  for (const op of ops.values()) {
+    const q = queries.get(op.id) ?? new Set<string>();
+    const missing = [...op.query].filter((p) => !q.has(p) && !(`${op.id}.${p}` in leftOutQuery));
+    if (missing.length) problems.push(`the SDK never sends ${op.id}'s query parameters ${missing.join(", ")} (methods: ${reachable[op.id]})`);
+    const unknown = [...q].filter((p) => !op.query.has(p));
+    if (unknown.length) problems.push(`the SDK sends ${op.id} query parameters the spec does not have: ${unknown.join(", ")}`);
+  }
+  for (const k of Object.keys(leftOutQuery)) {
+    const [op, p] = k.split(".");
+    if (!ops.get(op)?.query.has(p) || queries.get(op)?.has(p)) problems.push(`leftOutQuery entry ${k} is sent or no longer in the spec`);
+  }
+  assert.ok(Object.values(leftOut).every(Boolean) && Object.values(leftOutQuery).every(Boolean), "every left-out field needs a reason");
   assert.ok(ops.size > 40 && [...ops.values()].filter((x) => x.fields).length > 10, "the spec's operations were not read");
   assert.deepEqual(problems, [], "requests that do not match hostd/api/openapi.yaml");
 });

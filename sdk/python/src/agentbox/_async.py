@@ -695,9 +695,11 @@ class AsyncSnapshots:
         await self._c._request("DELETE", f"/v1/snapshots/{snapshot_id}", expect=(204,))
 
     async def diff(self, snapshot_id: str, against: str, *, path: Optional[str] = None, patch: bool = False,
-                   method: Optional[str] = None) -> Dict[str, Any]:
-        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
-        return await self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
+                   method: Optional[str] = None, exclude: Optional[Sequence[str]] = None, events: bool = False) -> Dict[str, Any]:
+        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page);
+        ``exclude`` and ``events`` as :meth:`Sandbox.diff`'s."""
+        params = _core.diff_params(against, path, patch, method, exclude, events, None, None)
+        return await self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=params)
 
     async def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, env: Optional[Dict[str, str]] = None, cwd: str = "",
                      timeout_s: int = 0, keep: bool = False,

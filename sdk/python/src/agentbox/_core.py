@@ -20,6 +20,8 @@ USER_AGENT = "agentbox-python/0.1.0"
 #: The largest NDJSON line accepted (1 MiB of output is 1.4 MiB in base64).
 MAX_LINE = 4 << 20
 CHUNK = 256 << 10
+#: The most events a page of ``GET .../events`` may ask for.
+MAX_EVENTS_PAGE = 10000
 #: The Content-Types of a file's bytes (PUT .../files) and of a tar (PUT .../files/archive), as the spec has them.
 FILE_TYPE = "application/octet-stream"
 TAR_TYPE = "application/x-tar"
@@ -231,7 +233,7 @@ def event_params(
     if until:
         p["until"] = until
     if limit:
-        p["limit"] = limit
+        p["limit"] = min(limit, MAX_EVENTS_PAGE)  # a page; events() stops at limit
     return p
 
 
