@@ -644,10 +644,29 @@ func (e SnapshotRequestKind) Valid() bool {
 	}
 }
 
+// Defines values for TemplateBuildEventStream.
+const (
+	TemplateBuildEventStreamStderr TemplateBuildEventStream = "stderr"
+	TemplateBuildEventStreamStdout TemplateBuildEventStream = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the TemplateBuildEventStream enum.
+func (e TemplateBuildEventStream) Valid() bool {
+	switch e {
+	case TemplateBuildEventStreamStderr:
+		return true
+	case TemplateBuildEventStreamStdout:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TemplateBuildEventType.
 const (
 	TemplateBuildEventTypeDone     TemplateBuildEventType = "done"
 	TemplateBuildEventTypeError    TemplateBuildEventType = "error"
+	TemplateBuildEventTypeLog      TemplateBuildEventType = "log"
 	TemplateBuildEventTypeProgress TemplateBuildEventType = "progress"
 )
 
@@ -657,6 +676,8 @@ func (e TemplateBuildEventType) Valid() bool {
 	case TemplateBuildEventTypeDone:
 		return true
 	case TemplateBuildEventTypeError:
+		return true
+	case TemplateBuildEventTypeLog:
 		return true
 	case TemplateBuildEventTypeProgress:
 		return true
@@ -1944,6 +1965,9 @@ type TemplateBuildEvent struct {
 	Current *int64     `json:"current,omitempty"`
 	Error   *ErrorBody `json:"error,omitempty"`
 
+	// Line On a log event, one line of a Dockerfile or blueprint build's output (no newline).
+	Line *string `json:"line,omitempty"`
+
 	// Phase pull (bytes), unpack (layers), cached, build (the ext4 base), boot, snapshot.
 	Phase *string `json:"phase,omitempty"`
 
@@ -1951,11 +1975,17 @@ type TemplateBuildEvent struct {
 	// request's fault: credentials the registry refused, an image that
 	// is bad or too large). A build that fails before its first event
 	// answers with that status instead of a stream.
-	Status   *int                   `json:"status,omitempty"`
-	Template *Template              `json:"template,omitempty"`
-	Total    *int64                 `json:"total,omitempty"`
-	Type     TemplateBuildEventType `json:"type"`
+	Status *int `json:"status,omitempty"`
+
+	// Stream On a log event, the stream the line came from (progress lines are stdout's).
+	Stream   *TemplateBuildEventStream `json:"stream,omitempty"`
+	Template *Template                 `json:"template,omitempty"`
+	Total    *int64                    `json:"total,omitempty"`
+	Type     TemplateBuildEventType    `json:"type"`
 }
+
+// TemplateBuildEventStream On a log event, the stream the line came from (progress lines are stdout's).
+type TemplateBuildEventStream string
 
 // TemplateBuildEventType defines model for TemplateBuildEvent.Type.
 type TemplateBuildEventType string
@@ -2325,6 +2355,24 @@ type ListTemplatesParams struct {
 	// or every project's with "*". A member's filter naming another
 	// project is refused (403).
 	Project *ProjectFilter `form:"project,omitempty" json:"project,omitempty"`
+}
+
+// BuildTemplateFromContextParams defines parameters for BuildTemplateFromContext.
+type BuildTemplateFromContextParams struct {
+	Name TemplateName `form:"name" json:"name"`
+
+	// Dockerfile The Dockerfile's path in the context (its build context is the whole upload).
+	Dockerfile *string `form:"dockerfile,omitempty" json:"dockerfile,omitempty"`
+
+	// Blueprint The blueprint's path in the context (copy sources are relative to its directory).
+	Blueprint *string `form:"blueprint,omitempty" json:"blueprint,omitempty"`
+
+	// BuildArg A Dockerfile build argument, KEY=VALUE (repeatable).
+	BuildArg *[]string `form:"build_arg,omitempty" json:"build_arg,omitempty"`
+	PoolSize *int      `form:"pool_size,omitempty" json:"pool_size,omitempty"`
+
+	// NoCache Run every step, ignoring cached step snapshots (and rebuild a FROM image's template).
+	NoCache *bool `form:"no_cache,omitempty" json:"no_cache,omitempty"`
 }
 
 // CreateKeyJSONRequestBody defines body for CreateKey for application/json ContentType.

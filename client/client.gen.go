@@ -836,6 +836,15 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/templates (the `CreateTemplate` operationId).
 	CreateTemplate(ctx context.Context, body CreateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// BuildTemplateFromContextWithBody Build a template from a Dockerfile or a blueprint in an uploaded build context.
+	//
+	// The body is the build context as a tar stream (gzip detected by its magic bytes), holding the Dockerfile or blueprint named by exactly one of the dockerfile and blueprint parameters. Regular files and directories only: a symlink, hard link, special file or a name that leaves the context is refused with 400 invalid_archive; copy sources must lie inside the context. hostd runs the build as the caller (the same steps, step cache and FROM image templates as `agentbox template build`) and streams NDJSON TemplateBuildEvent lines: log (each line of the steps' output), progress (a FROM image's pull), and last done (with the template) or error (with its status: 400 invalid_build for a bad Dockerfile or blueprint, 422 build_failed for a step that failed). Bad parameters or a bad archive answer 4xx before the stream.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/templates/build (the `BuildTemplateFromContext` operationId).
+	BuildTemplateFromContextWithBody(ctx context.Context, params *BuildTemplateFromContextParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DeleteTemplate Delete a template and its warm pool (not its snapshot).
 	//
 	// Corresponds with DELETE /v1/templates/{name} (the `DeleteTemplate` operationId).
@@ -2270,6 +2279,25 @@ func (c *Raw) CreateTemplateWithBody(ctx context.Context, contentType string, bo
 // Corresponds with POST /v1/templates (the `CreateTemplate` operationId).
 func (c *Raw) CreateTemplate(ctx context.Context, body CreateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateTemplateRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BuildTemplateFromContextWithBody Build a template from a Dockerfile or a blueprint in an uploaded build context.
+//
+// The body is the build context as a tar stream (gzip detected by its magic bytes), holding the Dockerfile or blueprint named by exactly one of the dockerfile and blueprint parameters. Regular files and directories only: a symlink, hard link, special file or a name that leaves the context is refused with 400 invalid_archive; copy sources must lie inside the context. hostd runs the build as the caller (the same steps, step cache and FROM image templates as `agentbox template build`) and streams NDJSON TemplateBuildEvent lines: log (each line of the steps' output), progress (a FROM image's pull), and last done (with the template) or error (with its status: 400 invalid_build for a bad Dockerfile or blueprint, 422 build_failed for a step that failed). Bad parameters or a bad archive answer 4xx before the stream.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/templates/build (the `BuildTemplateFromContext` operationId).
+func (c *Raw) BuildTemplateFromContextWithBody(ctx context.Context, params *BuildTemplateFromContextParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBuildTemplateFromContextRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5105,6 +5133,118 @@ func NewCreateTemplateRequestWithBody(server string, contentType string, body io
 	return req, nil
 }
 
+// NewBuildTemplateFromContextRequestWithBody constructs an http.Request for the BuildTemplateFromContext method, with any body, and a specified content type
+func NewBuildTemplateFromContextRequestWithBody(server string, params *BuildTemplateFromContextParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/templates/build")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "name", params.Name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Dockerfile != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dockerfile", *params.Dockerfile, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Blueprint != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "blueprint", *params.Blueprint, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.BuildArg != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "build_arg", *params.BuildArg, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PoolSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pool_size", *params.PoolSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.NoCache != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "no_cache", *params.NoCache, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewDeleteTemplateRequest constructs an http.Request for the DeleteTemplate method
 func NewDeleteTemplateRequest(server string, name TemplateName) (*http.Request, error) {
 	var err error
@@ -6029,6 +6169,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/templates (the `CreateTemplate` operationId).
 	CreateTemplateWithResponse(ctx context.Context, body CreateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTemplateResponse, error)
+
+	// BuildTemplateFromContextWithBodyWithResponse Build a template from a Dockerfile or a blueprint in an uploaded build context.
+	//
+	// The body is the build context as a tar stream (gzip detected by its magic bytes), holding the Dockerfile or blueprint named by exactly one of the dockerfile and blueprint parameters. Regular files and directories only: a symlink, hard link, special file or a name that leaves the context is refused with 400 invalid_archive; copy sources must lie inside the context. hostd runs the build as the caller (the same steps, step cache and FROM image templates as `agentbox template build`) and streams NDJSON TemplateBuildEvent lines: log (each line of the steps' output), progress (a FROM image's pull), and last done (with the template) or error (with its status: 400 invalid_build for a bad Dockerfile or blueprint, 422 build_failed for a step that failed). Bad parameters or a bad archive answer 4xx before the stream.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/templates/build (the `BuildTemplateFromContext` operationId).
+	BuildTemplateFromContextWithBodyWithResponse(ctx context.Context, params *BuildTemplateFromContextParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BuildTemplateFromContextResponse, error)
 
 	// DeleteTemplateWithResponse Delete a template and its warm pool (not its snapshot).
 	//
@@ -8477,6 +8626,47 @@ func (r CreateTemplateResponse) ContentType() string {
 	return ""
 }
 
+type BuildTemplateFromContextResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r BuildTemplateFromContextResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r BuildTemplateFromContextResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r BuildTemplateFromContextResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r BuildTemplateFromContextResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r BuildTemplateFromContextResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type DeleteTemplateResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9791,6 +9981,21 @@ func (c *ClientWithResponses) CreateTemplateWithResponse(ctx context.Context, bo
 		return nil, err
 	}
 	return ParseCreateTemplateResponse(rsp)
+}
+
+// BuildTemplateFromContextWithBodyWithResponse Build a template from a Dockerfile or a blueprint in an uploaded build context.
+//
+// The body is the build context as a tar stream (gzip detected by its magic bytes), holding the Dockerfile or blueprint named by exactly one of the dockerfile and blueprint parameters. Regular files and directories only: a symlink, hard link, special file or a name that leaves the context is refused with 400 invalid_archive; copy sources must lie inside the context. hostd runs the build as the caller (the same steps, step cache and FROM image templates as `agentbox template build`) and streams NDJSON TemplateBuildEvent lines: log (each line of the steps' output), progress (a FROM image's pull), and last done (with the template) or error (with its status: 400 invalid_build for a bad Dockerfile or blueprint, 422 build_failed for a step that failed). Bad parameters or a bad archive answer 4xx before the stream.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/templates/build (the `BuildTemplateFromContext` operationId).
+func (c *ClientWithResponses) BuildTemplateFromContextWithBodyWithResponse(ctx context.Context, params *BuildTemplateFromContextParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BuildTemplateFromContextResponse, error) {
+	rsp, err := c.BuildTemplateFromContextWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBuildTemplateFromContextResponse(rsp)
 }
 
 // DeleteTemplateWithResponse Delete a template and its warm pool (not its snapshot).
@@ -11483,6 +11688,32 @@ func ParseCreateTemplateResponse(rsp *http.Response) (*CreateTemplateResponse, e
 		}
 		response.JSON201 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseBuildTemplateFromContextResponse parses an HTTP response from a BuildTemplateFromContextWithResponse call
+func ParseBuildTemplateFromContextResponse(rsp *http.Response) (*BuildTemplateFromContextResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &BuildTemplateFromContextResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -52,8 +52,14 @@ type Client struct {
 // that sends apiKey as a bearer token, and the W3C traceparent of the span
 // in each call's ctx, if any.
 func New(baseURL, apiKey string) (*Client, error) {
+	return NewWithHTTPClient(baseURL, apiKey, &http.Client{}) // no overall timeout: exec and files stream
+}
+
+// NewWithHTTPClient is New with the HTTP client its calls go through (its
+// transport's TLS settings, say).
+func NewWithHTTPClient(baseURL, apiKey string, hc *http.Client) (*Client, error) {
 	raw, err := NewClient(baseURL,
-		WithHTTPClient(&http.Client{}), // no overall timeout: exec and files stream
+		WithHTTPClient(hc),
 		WithRequestEditorFn(func(ctx context.Context, req *http.Request) error {
 			if apiKey != "" {
 				req.Header.Set("Authorization", "Bearer "+apiKey)

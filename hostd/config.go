@@ -37,6 +37,12 @@ type Config struct {
 	BaseImage string
 	// Images configures templates built from OCI images (images.go).
 	Images ImageConfig
+	// Builds makes the builder of templates from a Dockerfile or a
+	// blueprint (POST /v1/templates/build) from self, which returns
+	// hostd's own API address once it listens (templatebuild.Builder:
+	// hostd does not link the client, its main wires it in); nil answers
+	// such builds with 501.
+	Builds func(self func() string) api.TemplateBuilds
 	// VMM is auto, qemu or cloud-hypervisor.
 	VMM string
 	// Driver, if set, is the VMM driver to use as it is, and VMM and Accel

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -138,13 +139,25 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)
 	}
-	handler := api.New(api.Options{Manager: mgr.Service(), Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
+	var self atomic.Pointer[string]
+	var builds api.TemplateBuilds
+	if cfg.Builds != nil {
+		builds = cfg.Builds(func() string {
+			if u := self.Load(); u != nil {
+				return *u
+			}
+			return ""
+		})
+	}
+	handler := api.New(api.Options{Manager: mgr.Service(), Builds: builds, BuildDir: filepath.Join(cfg.DataDir, "tmp"), Auth: authn, Health: func() api.HealthInfo { return health }, Logger: log, Ports: ports,
 		Network: mgr, Secrets: box, Metrics: met.Handler(), Events: events, Tracer: tracer, Images: images,
 		Tenancy: st, Quotas: cfg.ProjectQuotas, DefaultVCPUs: cfg.DefaultVCPUs, DefaultMemoryMiB: cfg.DefaultMemoryMiB,
 		RotateKey: func(ctx context.Context) (string, error) { return auth.Rotate(ctx, st, cfg.DataDir) }})
 	var fleet *fleetMember
 	defer func() { fleet.stop() }()
 	listening := func(addr string) {
+		u := selfURL(cfg, addr)
+		self.Store(&u)
 		if cfg.Fleet.On() {
 			fleet = startFleet(ctx, cfg, mgr, st, addr, log)
 		}
@@ -282,4 +295,20 @@ func newRecorder(cfg Config, st *store.Store, tracer trace.Tracer, counted func(
 	}
 	rec := recorder.New(recorder.Options{Store: st, Tracer: tracer, KeyName: api.KeyID, Counted: counted, Logger: cfg.Logger})
 	return rec, rec, nil
+}
+
+// selfURL is hostd's own API address, listening on addr (on loopback
+// when it listens on every address).
+func selfURL(cfg Config, addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+		addr = net.JoinHostPort(host, port)
+	}
+	if cfg.TLSCert != "" && cfg.TLSKey != "" {
+		return "https://" + addr
+	}
+	return "http://" + addr
 }

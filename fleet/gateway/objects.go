@@ -201,6 +201,9 @@ func (g *Gateway) templates(w http.ResponseWriter, r *http.Request, rest []strin
 	case len(rest) == 0:
 		g.writeError(w, errorf(http.StatusMethodNotAllowed, CodeInvalid, "method %s not allowed", r.Method))
 		return "not_allowed"
+	case len(rest) == 1 && rest[0] == "build" && r.Method == http.MethodPost:
+		g.buildTemplate(w, r)
+		return "build_template"
 	}
 	o, err := g.reachObject(r.Context(), store.KindTemplate, rest[0])
 	if isNotFound(err) || err != nil && errorCode(err) == CodeNotFound {

@@ -175,6 +175,9 @@ type ServerInterface interface {
 	// CreateTemplate Name a snapshot as a template, with a warm pool, or build one from an OCI image.
 	// (POST /v1/templates)
 	CreateTemplate(w http.ResponseWriter, r *http.Request)
+	// BuildTemplateFromContext Build a template from a Dockerfile or a blueprint in an uploaded build context.
+	// (POST /v1/templates/build)
+	BuildTemplateFromContext(w http.ResponseWriter, r *http.Request, params BuildTemplateFromContextParams)
 	// DeleteTemplate Delete a template and its warm pool (not its snapshot).
 	// (DELETE /v1/templates/{name})
 	DeleteTemplate(w http.ResponseWriter, r *http.Request, name TemplateName)
@@ -2167,6 +2170,104 @@ func (siw *ServerInterfaceWrapper) CreateTemplate(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// BuildTemplateFromContext operation middleware
+func (siw *ServerInterfaceWrapper) BuildTemplateFromContext(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params BuildTemplateFromContextParams
+
+	// ------------- Required query parameter "name" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "name", r.URL.Query(), &params.Name, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "name"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "dockerfile" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dockerfile", r.URL.Query(), &params.Dockerfile, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dockerfile"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dockerfile", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "blueprint" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "blueprint", r.URL.Query(), &params.Blueprint, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "blueprint"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "blueprint", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "build_arg" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "build_arg", r.URL.Query(), &params.BuildArg, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "build_arg"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "build_arg", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "pool_size" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "pool_size", r.URL.Query(), &params.PoolSize, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "pool_size"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "pool_size", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "no_cache" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "no_cache", r.URL.Query(), &params.NoCache, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "no_cache"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "no_cache", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.BuildTemplateFromContext(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // DeleteTemplate operation middleware
 func (siw *ServerInterfaceWrapper) DeleteTemplate(w http.ResponseWriter, r *http.Request) {
 
@@ -2376,6 +2477,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/snapshots/{snapshot_id}", wrapper.GetSnapshot)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/templates", wrapper.ListTemplates)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/templates", wrapper.CreateTemplate)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/templates/build", wrapper.BuildTemplateFromContext)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/templates/{name}", wrapper.DeleteTemplate)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/templates/{name}", wrapper.GetTemplate)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/network", wrapper.GetSandboxNetwork)

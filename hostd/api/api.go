@@ -92,6 +92,11 @@ type Options struct {
 	// Images builds templates from OCI images; nil answers such builds
 	// with 501.
 	Images ImageTemplates
+	// Builds builds templates from a Dockerfile or blueprint in an
+	// uploaded context, unpacked under BuildDir ("" = the system's
+	// temporary directory); nil answers such builds with 501.
+	Builds   TemplateBuilds
+	BuildDir string
 	// Tenancy keeps projects, keys and owners (tenancy.go); nil is one
 	// project whose every key is an admin, and answers the key and
 	// project routes with 501.
@@ -126,6 +131,9 @@ type server struct {
 	events  EventLog
 	tracer  trace.Tracer
 	images  ImageTemplates
+	builds  TemplateBuilds
+	// buildDir holds the build contexts being built.
+	buildDir string
 	// collect bounds the output held by all collected execs (collect.go).
 	collect *outputBudget
 	tenancy Tenancy
@@ -143,7 +151,7 @@ func New(opts Options) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{m: opts.Manager, ports: opts.Ports, net: opts.Network, secrets: opts.Secrets, health: opts.Health, log: log, metrics: opts.Metrics,
-		events: opts.Events, tracer: opts.Tracer, images: opts.Images, collect: newOutputBudget(maxCollectedTotal),
+		events: opts.Events, tracer: opts.Tracer, images: opts.Images, builds: opts.Builds, buildDir: opts.BuildDir, collect: newOutputBudget(maxCollectedTotal),
 		tenancy: opts.Tenancy, rotate: opts.RotateKey,
 		quotas: quotas{byProject: opts.Quotas, defaultVCPUs: opts.DefaultVCPUs, defaultMemoryMiB: opts.DefaultMemoryMiB}}
 	s.keys, _ = opts.Auth.(Principals)

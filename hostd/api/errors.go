@@ -142,6 +142,10 @@ func errorFor(err error) (status int, code string) {
 	if errors.As(err, &ae) {
 		return ae.status, ae.code
 	}
+	var be *BuildError
+	if errors.As(err, &be) {
+		return be.Status, be.Code
+	}
 	for _, rule := range statusRules {
 		if errors.Is(err, rule.target) {
 			return rule.status, rule.code

@@ -130,7 +130,10 @@ var withoutResource = map[string]string{
 	"getHealth": "public", "getOpenAPI": "public",
 	"listSandboxes": "list", "listSnapshots": "list", "listTemplates": "list", "listSecrets": "list", "listKeys": "list",
 	"createSandbox": "create", "createTemplate": "create", "createSecret": "create",
-	"getMetrics": "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
+	// A build's calls are the caller's own (internal/templatebuild), each
+	// checked as the route it is.
+	"buildTemplateFromContext": "create",
+	"getMetrics":               "admin", "createKey": "admin", "rotateKey": "admin", "createProject": "admin", "listProjects": "admin",
 }
 
 var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)

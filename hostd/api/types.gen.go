@@ -216,10 +216,17 @@ const (
 	SnapshotRequestKindStep     = apitypes.SnapshotRequestKindStep
 )
 
+// Defines values for TemplateBuildEventStream.
+const (
+	TemplateBuildEventStreamStderr = apitypes.TemplateBuildEventStreamStderr
+	TemplateBuildEventStreamStdout = apitypes.TemplateBuildEventStreamStdout
+)
+
 // Defines values for TemplateBuildEventType.
 const (
 	TemplateBuildEventTypeDone     = apitypes.TemplateBuildEventTypeDone
 	TemplateBuildEventTypeError    = apitypes.TemplateBuildEventTypeError
+	TemplateBuildEventTypeLog      = apitypes.TemplateBuildEventTypeLog
 	TemplateBuildEventTypeProgress = apitypes.TemplateBuildEventTypeProgress
 )
 
@@ -592,6 +599,9 @@ type Template = apitypes.Template
 // TemplateBuildEvent defines model for TemplateBuildEvent.
 type TemplateBuildEvent = apitypes.TemplateBuildEvent
 
+// TemplateBuildEventStream On a log event, the stream the line came from (progress lines are stdout's).
+type TemplateBuildEventStream = apitypes.TemplateBuildEventStream
+
 // TemplateBuildEventType defines model for TemplateBuildEvent.Type.
 type TemplateBuildEventType = apitypes.TemplateBuildEventType
 
@@ -742,6 +752,9 @@ type ReplaySnapshotParams = apitypes.ReplaySnapshotParams
 
 // ListTemplatesParams defines parameters for ListTemplates.
 type ListTemplatesParams = apitypes.ListTemplatesParams
+
+// BuildTemplateFromContextParams defines parameters for BuildTemplateFromContext.
+type BuildTemplateFromContextParams = apitypes.BuildTemplateFromContextParams
 
 // CreateKeyJSONRequestBody defines body for CreateKey for application/json ContentType.
 type CreateKeyJSONRequestBody = apitypes.CreateKeyJSONRequestBody

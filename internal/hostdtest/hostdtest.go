@@ -12,6 +12,8 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/hostd/api"
+	"github.com/agentbox/agentbox/internal/templatebuild"
 	"github.com/agentbox/agentbox/vmm/vmmtest"
 )
 
@@ -51,6 +53,7 @@ func Start(t testing.TB, data string, tweaks ...func(*hostd.Config)) *Hostd {
 		// other tests need. A tweak turns it on.
 		// AGENTBOX_BASE_SNAPSHOTS=off boots every sandbox (to compare).
 		BasePool: -1, BaseSnapshots: os.Getenv("AGENTBOX_BASE_SNAPSHOTS"),
+		Builds: func(self func() string) api.TemplateBuilds { return &templatebuild.Builder{URL: self} },
 	}
 	for _, tw := range tweaks {
 		tw(&cfg)

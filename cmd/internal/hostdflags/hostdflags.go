@@ -17,8 +17,10 @@ import (
 
 	"github.com/agentbox/agentbox/fleet/hosttoken"
 	"github.com/agentbox/agentbox/hostd"
+	"github.com/agentbox/agentbox/hostd/api"
 	"github.com/agentbox/agentbox/hostd/fleetagent"
 	"github.com/agentbox/agentbox/hostd/sandbox"
+	"github.com/agentbox/agentbox/internal/templatebuild"
 )
 
 // Flags returns hostd's flags, all but --api-key: agentbox declares that
@@ -107,6 +109,10 @@ func oneOf(values ...string) func(string) error {
 	}
 }
 
+// templateBuilds runs Dockerfile and blueprint builds in hostd, over its
+// own API.
+func templateBuilds(self func() string) api.TemplateBuilds { return &templatebuild.Builder{URL: self} }
+
 // Config returns the hostd.Config that cmd's flags give: Flags and an
 // api-key flag of its own or of an ancestor. hostd logs to logw at
 // --log-level, and leaves its sandboxes running when it stops unless
@@ -151,6 +157,7 @@ func Config(cmd *cli.Command, logw io.Writer) (hostd.Config, error) {
 		MemoryOvercommit: cmd.Float("memory-overcommit"), VCPUOvercommit: cmd.Float("vcpu-overcommit"),
 		MemoryReserveMiB: cmd.Int("memory-reserve-mib"),
 		ShutdownTimeout:  cmd.Duration("shutdown-timeout"),
+		Builds:           templateBuilds,
 	}
 	if err := fleetConfig(cmd, &cfg); err != nil {
 		return hostd.Config{}, err

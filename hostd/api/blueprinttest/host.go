@@ -63,8 +63,9 @@ func (e Exec) Script() string {
 
 var _ api.Manager = (*Host)(nil)
 
-// New starts a host, closed when the test ends.
-func New(t testing.TB) *Host {
+// New starts a host, closed when the test ends. builds, if given, makes
+// the builder of its POST /v1/templates/build from the host's URL.
+func New(t testing.TB, builds ...func(self func() string) api.TemplateBuilds) *Host {
 	t.Helper()
 	h := &Host{
 		Manager:   apitest.NewManager(),
@@ -74,7 +75,11 @@ func New(t testing.TB) *Host {
 		corrupt:   map[string]bool{},
 	}
 	h.SetExec(h.exec)
-	srv := httptest.NewServer(api.New(api.Options{Manager: h, Auth: auth.New(apitest.NewKeys(auth.Hash(Key)))}))
+	opts := api.Options{Manager: h, Auth: auth.New(apitest.NewKeys(auth.Hash(Key))), BuildDir: t.TempDir()}
+	for _, b := range builds {
+		opts.Builds = b(func() string { return h.URL })
+	}
+	srv := httptest.NewServer(api.New(opts))
 	t.Cleanup(srv.Close)
 	h.URL = srv.URL
 	return h

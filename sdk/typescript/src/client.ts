@@ -1,20 +1,22 @@
 /** The client: Client, Sandbox and their helpers. */
 import "./polyfill.js";
-import { spawn } from "node:child_process";
 import { readFileSync, promises as fsp } from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { Readable } from "node:stream";
 import { AgentboxError, ConnectionFailed, NotFound, errorFromResponse } from "./errors.js";
+import { buildQuery, pack, plan } from "./build.js";
 import { tarDir, untarSafely } from "./files.js";
 import type {
   CreateOptions, Event, ExecResult, ExecSession, FileEvent, FileInfo, Health, NetworkPatch, NetworkPolicy,
-  APIKey, BuildEvent, CreatedKey, ImageBuildOptions, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
+  APIKey, BuildEvent, BuildOptions, CreatedKey, ImageBuildOptions, Output, PortAccess, Project, RunOptions, SandboxInfo, Secret, ShareLink, SnapshotInfo, Template, Usage,
 } from "./models.js";
 import { Pty } from "./pty.js";
 import { ExecReader, lines, parseLine, streamError } from "./stream.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:7070";
+/** The most events a page of `GET …/events` may ask for. */
+const MAX_EVENTS_PAGE = 10000;
 const DEFAULT_DATA_DIR = "/var/lib/agentbox";
 
 /** Options of `new Client()`. */
@@ -40,8 +42,8 @@ function resolveKey(k?: string): string {
 
 /** A request body. */
 type Body = string | Uint8Array | ReadableStream<Uint8Array>;
-type Query = Record<string, string | number | boolean | undefined>;
-interface Req { query?: Query; json?: unknown; body?: Body | ReadableStream<Uint8Array>; expect?: number[]; signal?: AbortSignal }
+type Query = Record<string, string | string[] | number | boolean | undefined>;
+interface Req { query?: Query; json?: unknown; body?: Body | ReadableStream<Uint8Array>; contentType?: string; expect?: number[]; signal?: AbortSignal }
 
 /** A command: a string runs under `sh -c`, an array is the argv. */
 export type Command = string | string[];
@@ -100,10 +102,14 @@ export class Client {
   /** One call; throws an APIError unless the status is expected. @internal */
   async fetch(method: string, p: string, r: Req = {}): Promise<Response> {
     const u = new URL(this.url + p);
-    for (const [k, v] of Object.entries(r.query ?? {})) if (v !== undefined) u.searchParams.set(k, String(v));
+    for (const [k, v] of Object.entries(r.query ?? {})) {
+      if (Array.isArray(v)) for (const x of v) u.searchParams.append(k, x);
+      else if (v !== undefined) u.searchParams.set(k, String(v));
+    }
     const headers = this.headers();
     let body: any = r.body;
     if (r.json !== undefined) { body = JSON.stringify(r.json); headers["Content-Type"] = "application/json"; }
+    if (r.contentType) headers["Content-Type"] = r.contentType;
     let resp: Response;
     try {
       resp = await fetch(u, { method, headers, body, signal: r.signal, ...(body instanceof ReadableStream ? { duplex: "half" } : {}) } as RequestInit);
@@ -246,6 +252,10 @@ export class Sandbox {
   async pause(): Promise<this> { return this.set(await this.client.json("POST", this.p("/pause"))); }
   /** Bring a paused sandbox back. */
   async resume(): Promise<this> { return this.set(await this.client.json("POST", this.p("/resume"))); }
+  /** Move the sandbox to another host of a fleet (`host`, or one the fleet places), with its files,
+   * processes and exec sessions. Only a fleet's control plane with a snapshot store does this;
+   * hostd alone answers 404. */
+  async migrate(host?: string): Promise<this> { return this.set(await this.client.json("POST", this.p("/migrate"), { json: host ? { host } : {} })); }
   /** Make the timeout end `seconds` from now. */
   async extend(seconds: number): Promise<this> { return this.set(await this.client.json("POST", this.p("/timeout"), { json: { timeout_s: seconds } })); }
   /** What the sandbox has consumed. */
@@ -281,7 +291,7 @@ export class Sandbox {
     }
     let n = 0;
     for (;;) {
-      const page = await this.client.json("GET", this.p("/events"), { query: { ...q, after } });
+      const page = await this.client.json("GET", this.p("/events"), { query: { ...q, after, limit: opts.limit ? Math.min(opts.limit, MAX_EVENTS_PAGE) : undefined } });
       for (const e of page.events) { yield e; if (opts.limit && ++n >= opts.limit) return; }
       if (page.events.length === 0 || page.next_after === after) return;
       after = page.next_after;
@@ -365,7 +375,7 @@ export class Files {
   /** Write `data` (string, bytes, or a stream, streamed) to `p`, atomically; parents are created. */
   async write(p: string, data: Data, opts: { mode?: number | string } = {}): Promise<void> {
     const mode = opts.mode === undefined ? undefined : typeof opts.mode === "string" ? opts.mode : opts.mode.toString(8).padStart(4, "0");
-    await this.f("PUT", "", p, { body: toBody(data), query: { mode }, expect: [204] });
+    await this.f("PUT", "", p, { body: toBody(data), contentType: "application/octet-stream", query: { mode }, expect: [204] });
   }
   /** The entries of directory `p`, every page of them (see `pages`). */
   async list(p: string): Promise<FileInfo[]> {
@@ -403,7 +413,7 @@ export class Files {
   /** Copy local directory `local` into `remote` as a tar.gz stream. */
   async uploadDir(local: string, remote: string): Promise<{ entries: number; bytes: number }> {
     const body = Readable.toWeb(tarDir(local)) as unknown as ReadableStream<Uint8Array>;
-    return (await (await this.f("PUT", "/archive", remote, { body })).json()) as { entries: number; bytes: number };
+    return (await (await this.f("PUT", "/archive", remote, { body, contentType: "application/x-tar" })).json()) as { entries: number; bytes: number };
   }
   /** Copy guest directory `remote` into `local`, refusing entries that would escape it. */
   async downloadDir(remote: string, local: string): Promise<number> {
@@ -440,11 +450,19 @@ export class Snapshots {
   diff(id: string, against: string, opts: DiffOptions = {}): Promise<Diff> {
     return this.c.json("GET", `/v1/snapshots/${id}/diff`, { query: diffQuery(against, opts, undefined) });
   }
-  /** Restore the snapshot `n` times and run `cmd` (a string runs through `sh -c`) in each; `onProgress` gets each
-   * started/finished line. Resolves to `{runs: [{index, exit_code, stdout, stderr, group}], groups, differ}`. */
-  async replay(id: string, cmd: string | string[], n = 3, onProgress?: (ev: Record<string, any>) => void): Promise<ReplayResult> {
+  /** Restore the snapshot `n` times and run `cmd` (a string runs through `sh -c`) in each; `env`, `cwd` and
+   * `timeoutS` are each run's, `keep` keeps the restored sandboxes, `onProgress` (or a function in place of the
+   * options) gets each started/finished line. Resolves to `{runs: [{index, exit_code, stdout, stderr, group}], groups, differ}`. */
+  async replay(id: string, cmd: string | string[], n = 3, opts: ReplayOptions | ((ev: Record<string, any>) => void) = {}): Promise<ReplayResult> {
+    const o: ReplayOptions = typeof opts === "function" ? { onProgress: opts } : opts;
+    const onProgress = o.onProgress;
     const argv = typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd;
-    const resp = await this.c.fetch("POST", `/v1/snapshots/${id}/replay`, { query: { stream: true }, json: { cmd: argv, n } });
+    const json: Record<string, unknown> = { cmd: argv, n };
+    if (o.env) json.env = o.env;
+    if (o.cwd) json.cwd = o.cwd;
+    if (o.timeoutS) json.timeout_s = o.timeoutS;
+    if (o.keep) json.keep = true;
+    const resp = await this.c.fetch("POST", `/v1/snapshots/${id}/replay`, { query: { stream: true }, json });
     for await (const line of lines(resp.body)) {
       if (!line.trim()) continue;
       const ev = JSON.parse(line);
@@ -456,6 +474,8 @@ export class Snapshots {
   }
 }
 
+/** Options of a replay: each run's env, cwd and timeout; whether to keep the restored sandboxes; progress lines. */
+export interface ReplayOptions { env?: Record<string, string>; cwd?: string; timeoutS?: number; keep?: boolean; onProgress?: (ev: Record<string, any>) => void }
 /** Options of a diff: a subtree, patches, how candidates are found, excludes, the events side by side. */
 export interface DiffOptions { path?: string; patch?: boolean; method?: "auto" | "journal" | "walk" | "full"; exclude?: string[]; events?: boolean }
 /** A diff (see the API's Diff schema). */
@@ -492,6 +512,8 @@ export class Templates {
     if (opts.registrySecret) image.registry_secret = opts.registrySecret;
     if (opts.freeMiB) image.free_mib = opts.freeMiB;
     if (opts.memoryMiB) image.memory_mib = opts.memoryMiB;
+    if (opts.kernel) image.kernel = opts.kernel;
+    if (opts.modules) image.modules = opts.modules;
     const resp = await this.c.fetch("POST", "/v1/templates", { json: { name, image, pool_size: opts.poolSize ?? 0 }, expect: [200] });
     for await (const line of lines(resp.body)) {
       const ev = parseLine(line);
@@ -504,42 +526,23 @@ export class Templates {
   /** Delete a template and its pool (not its snapshot). */
   async delete(name: string): Promise<void> { await this.c.fetch("DELETE", `/v1/templates/${name}`, { expect: [204] }); }
 
-  /** Build template `name` from a blueprint (a file path or an object), reusing
-   * cached steps. Runs the `agentbox` CLI (`opts.cli`, else `$AGENTBOX_CLI`,
-   * else `agentbox` on PATH): the blueprint engine and its cache keys live in Go. */
-  async build(name: string, blueprint: string | Blueprint, opts: { pool?: number; noCache?: boolean; onProgress?: (line: string) => void; cli?: string } = {}): Promise<Template> {
-    let file = typeof blueprint === "string" ? blueprint : "";
-    let tmp: string | undefined;
-    if (typeof blueprint !== "string") {
-      tmp = await fsp.mkdtemp(path.join(os.tmpdir(), "agentbox-bp-"));
-      file = path.join(tmp, "blueprint.yaml");
-      await fsp.writeFile(file, JSON.stringify(blueprint)); // JSON is YAML
+  /** Build template `name` in hostd from a blueprint (a file path, YAML text or
+   * an object) or `opts.dockerfile` (a path or its text), reusing cached steps
+   * as `agentbox template build` does. `opts.context` is the directory uploaded
+   * as the build context (default: the file's directory; none for inline text);
+   * `buildArgs` are a Dockerfile's ARGs. `onProgress` gets each BuildEvent:
+   * `log` lines (`line`, `stream`) and a FROM image's pull `progress`. */
+  async build(name: string, blueprint?: string | Blueprint, opts: BuildOptions = {}): Promise<Template> {
+    const p = await plan(blueprint, opts.dockerfile, opts.context);
+    const body = Readable.toWeb(pack(p)) as unknown as ReadableStream<Uint8Array>;
+    const resp = await this.c.fetch("POST", "/v1/templates/build", { query: buildQuery(name, p, opts), body, contentType: "application/x-tar", expect: [200] });
+    for await (const line of lines(resp.body)) {
+      const ev = parseLine(line);
+      if (ev.type === "done") return ev.template as Template;
+      if (ev.type === "error") throw streamError(ev);
+      opts.onProgress?.(ev as BuildEvent);
     }
-    const exe = opts.cli || process.env.AGENTBOX_CLI || "agentbox";
-    const args = ["--json", "template", "build", "-f", file, ...(opts.pool ? ["--pool", String(opts.pool)] : []), ...(opts.noCache ? ["--no-cache"] : []), name];
-    try {
-      return await new Promise<Template>((resolve, reject) => {
-        const child = spawn(exe, args, { env: { ...process.env, AGENTBOX_URL: this.c.url, AGENTBOX_API_KEY: this.c.apiKey }, stdio: ["ignore", "pipe", "pipe"] });
-        let out = "", errBuf = "", tail: string[] = [];
-        child.stdout.on("data", (b: Buffer) => (out += b.toString()));
-        child.stderr.on("data", (b: Buffer) => {
-          errBuf += b.toString();
-          let i: number;
-          while ((i = errBuf.indexOf("\n")) >= 0) {
-            const l = errBuf.slice(0, i); errBuf = errBuf.slice(i + 1);
-            tail = [...tail, l].slice(-20);
-            opts.onProgress?.(l);
-          }
-        });
-        child.on("error", (e) => reject(new AgentboxError(`template build needs the agentbox CLI: ${e.message}`)));
-        child.on("close", (code) => {
-          if (code !== 0) return reject(new AgentboxError(`template build ${name} failed: ${[...tail, errBuf].join("\n").trim()}`));
-          try { resolve(JSON.parse(out)); } catch (e) { reject(new AgentboxError(`template build: bad output: ${e}`)); }
-        });
-      });
-    } finally {
-      if (tmp) await fsp.rm(tmp, { recursive: true, force: true });
-    }
+    throw new AgentboxError(`template build ${name}: the stream ended without its result`);
   }
 }
 

@@ -50,6 +50,8 @@ const byCode: Record<string, Ctor> = {
   exec_failed: ExecFailed,
   snapshot_corrupt: InvalidRequest,
   not_supported: NotSupported,
+  invalid_build: InvalidRequest,
+  build_failed: ExecFailed,
 };
 const byStatus: Record<number, Ctor> = {
   400: InvalidRequest, 401: Unauthorized, 403: PermissionDenied, 404: NotFound, 405: NotFound,

@@ -11,6 +11,6 @@ import "./polyfill.js";
 export * from "./errors.js";
 export * from "./models.js";
 export { Client, Sandbox, ExecHandle, Files, Network, Snapshots, Templates, Secrets, Keys, Projects, Watch, DEFAULT_URL } from "./client.js";
-export type { DiffOptions, Diff, Lineage, ReplayResult } from "./client.js";
+export type { DiffOptions, Diff, Lineage, ReplayOptions, ReplayResult } from "./client.js";
 export type { ClientOptions, Command, Data, Blueprint, KeyOptions } from "./client.js";
 export { Pty } from "./pty.js";

@@ -116,14 +116,29 @@ export interface Mount {
 
 /** One progress line of an image build (`templates.buildImage`). */
 export interface BuildEvent {
-  type: "progress" | "done" | "error";
+  type: "progress" | "log" | "done" | "error";
   /** pull (bytes), unpack (layers), cached, build, boot, snapshot. */
   phase?: string; current?: number; total?: number;
+  /** A log event's line (no newline) and stream. */
+  line?: string; stream?: "stdout" | "stderr";
+}
+
+/** Options of `templates.build`. */
+export interface BuildOptions {
+  /** A Dockerfile (a path or its text) instead of a blueprint. */
+  dockerfile?: string;
+  /** The build context directory (default: the file's directory). */
+  context?: string;
+  buildArgs?: Record<string, string>;
+  pool?: number; noCache?: boolean;
+  onProgress?: (ev: BuildEvent) => void;
 }
 
 /** Options of `templates.buildImage`. */
 export interface ImageBuildOptions {
   poolSize?: number; insecure?: boolean; registrySecret?: string; freeMiB?: number; memoryMiB?: number;
+  /** The template's own guest kernel and its modules' directory: paths on hostd's machine under a directory it imports from (default: hostd's). */
+  kernel?: string; modules?: string;
   onProgress?: (ev: BuildEvent) => void;
 }
 

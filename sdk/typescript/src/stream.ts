@@ -42,7 +42,7 @@ export function parseLine(line: string): Record<string, any> {
 /** The error of an `error` line that ended a stream. */
 export function streamError(ev: Record<string, any>): APIError {
   const e = ev.error ?? {};
-  return makeError(String(e.code ?? "internal"), String(e.message ?? "stream failed"), 0);
+  return makeError(String(e.code ?? "internal"), String(e.message ?? "stream failed"), Number(ev.status ?? 0));
 }
 
 /** Folds exec events into output pieces and, at the end, an ExecResult. */

@@ -190,7 +190,7 @@ describe("lifecycle", () => {
     assert.ok((await client.templates.list()).some((t) => t.name === "sdk-ts-t"));
     await client.templates.delete("sdk-ts-t");
     const progress: string[] = [];
-    const t = await client.templates.build("sdk-ts-built", { template: process.env.AGENTBOX_TEMPLATE, steps: [{ run: "echo built > /root/built" }] }, { onProgress: (l) => progress.push(l) });
+    const t = await client.templates.build("sdk-ts-built", { template: process.env.AGENTBOX_TEMPLATE, steps: [{ run: "echo built > /root/built" }] }, { onProgress: (e) => progress.push(e.line ?? "") });
     try {
       assert.ok(progress.length > 0);
       await client.withSandbox({ template: t.name }, async (s) => assert.equal((await s.run("cat /root/built")).stdout, "built\n"));

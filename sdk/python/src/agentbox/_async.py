@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import asyncio
 import tempfile
 from typing import IO, Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -15,9 +14,9 @@ import httpx
 from . import _core
 from ._core import Command, OutputCallback
 from ._errors import ConnectionFailed, NotFound, error_from_response
+from ._async_templates import AsyncTemplates
 from ._models import (
     APIKey,
-    BuildEvent,
     Mount,
     CreatedKey,
     Project,
@@ -34,7 +33,6 @@ from ._models import (
     Secret,
     ShareLink,
     SnapshotInfo,
-    Template,
     Usage,
     from_dict,
 )
@@ -342,6 +340,14 @@ class AsyncSandbox:
         """Bring a paused sandbox back, with its files and processes."""
         return self._set(await self._c._json("POST", self._p("/resume")))
 
+    async def migrate(self, host: Optional[str] = None) -> "AsyncSandbox":
+        """Move the sandbox to another host of a fleet (``host``, or one the
+        fleet places), with its files, processes and exec sessions. Only a
+        fleet's control plane with a snapshot store does this; hostd alone
+        answers NotFound."""
+        body = {"host": host} if host else {}
+        return self._set(await self._c._json("POST", self._p("/migrate"), json=body))
+
     async def extend(self, seconds: int) -> "AsyncSandbox":
         """Make the sandbox's timeout end ``seconds`` from now."""
         return self._set(await self._c._json("POST", self._p("/timeout"), json={"timeout_s": int(seconds)}))
@@ -576,7 +582,8 @@ class AsyncFiles:
         params = {}
         if mode is not None:
             params["mode"] = mode if isinstance(mode, str) else format(mode, "04o")
-        await self._req("PUT", "", path, expect=(204,), params=params, content=_body(data))  # type: ignore[arg-type]
+        await self._req("PUT", "", path, expect=(204,), params=params, content=_body(data),  # type: ignore[arg-type]
+                        headers={"Content-Type": _core.FILE_TYPE})
 
     async def list(self, path: str) -> List[FileInfo]:
         """The entries of directory ``path``, every page of them (see :meth:`pages`)."""
@@ -624,7 +631,8 @@ class AsyncFiles:
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as tmp:
             _core.tar_dir(local, tmp)  # type: ignore[arg-type]
             tmp.seek(0)
-            resp = await self._req("PUT", "/archive", remote, content=_achunks(_core.file_chunks(tmp)))  # type: ignore[arg-type]
+            resp = await self._req("PUT", "/archive", remote, content=_achunks(_core.file_chunks(tmp)),  # type: ignore[arg-type]
+                                   headers={"Content-Type": _core.TAR_TYPE})
             return resp.json()  # type: ignore[no-any-return]
 
     async def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
@@ -687,9 +695,11 @@ class AsyncSnapshots:
         await self._c._request("DELETE", f"/v1/snapshots/{snapshot_id}", expect=(204,))
 
     async def diff(self, snapshot_id: str, against: str, *, path: Optional[str] = None, patch: bool = False,
-                   method: Optional[str] = None) -> Dict[str, Any]:
-        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
-        return await self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
+                   method: Optional[str] = None, exclude: Optional[Sequence[str]] = None, events: bool = False) -> Dict[str, Any]:
+        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page);
+        ``exclude`` and ``events`` as :meth:`Sandbox.diff`'s."""
+        params = _core.diff_params(against, path, patch, method, exclude, events, None, None)
+        return await self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=params)
 
     async def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, env: Optional[Dict[str, str]] = None, cwd: str = "",
                      timeout_s: int = 0, keep: bool = False,
@@ -699,92 +709,6 @@ class AsyncSnapshots:
         async with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json=body) as resp:
             lines = [line async for line in resp.aiter_lines()]
         return _core.replay_lines(lines, progress)
-
-
-class AsyncTemplates:
-    """Templates: named snapshots with a warm pool."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._c = client
-
-    async def list(self) -> List[Template]:
-        """Every template."""
-        return [from_dict(Template, t) for t in (await self._c._json("GET", "/v1/templates"))["templates"]]
-
-    async def get(self, name: str) -> Template:
-        """Describe template ``name``."""
-        return from_dict(Template, await self._c._json("GET", f"/v1/templates/{name}"))
-
-    async def create(self, name: str, snapshot_id: str, *, pool_size: int = 0) -> Template:
-        """Name snapshot ``snapshot_id`` as template ``name``."""
-        body = {"name": name, "snapshot_id": snapshot_id, "pool_size": pool_size}
-        return from_dict(Template, await self._c._json("POST", "/v1/templates", json=body, expect=(201,)))
-
-    async def build_image(
-        self,
-        name: str,
-        ref: str,
-        *,
-        pool_size: int = 0,
-        insecure: bool = False,
-        registry_secret: Optional[str] = None,
-        free_mib: int = 0,
-        memory_mib: int = 0,
-        on_progress: Optional[Callable[[BuildEvent], Any]] = None,
-    ) -> Template:
-        """Build template ``name`` from OCI image ``ref`` (a registry reference,
-        or an OCI layout or ``docker save`` tarball on hostd's machine) in
-        hostd; ``on_progress`` gets each :class:`BuildEvent`."""
-        body = _core.image_body(name, ref, pool_size, insecure=insecure, registry_secret=registry_secret,
-                                free_mib=free_mib, memory_mib=memory_mib)
-        async with self._c._stream("POST", "/v1/templates", json=body, timeout=None) as resp:
-            async for line in resp.aiter_lines():
-                d = _core.parse_line(line)
-                if d is None:
-                    continue
-                t = _core.build_event(d)
-                if t is not None:
-                    return from_dict(Template, t)
-                if on_progress is not None:
-                    on_progress(from_dict(BuildEvent, d))
-        raise _core.AgentboxError(f"template build {name}: the stream ended without its result")
-
-    async def delete(self, name: str) -> None:
-        """Delete a template and its warm pool (not its snapshot)."""
-        await self._c._request("DELETE", f"/v1/templates/{name}", expect=(204,))
-
-    async def build(
-        self,
-        name: str,
-        blueprint: Union[str, "os.PathLike[str]", Mapping[str, Any]],
-        *,
-        pool: int = 0,
-        no_cache: bool = False,
-        on_progress: Optional[Callable[[str], Any]] = None,
-        cli: Optional[str] = None,
-    ) -> Template:
-        """Build template ``name`` from a blueprint by running the ``agentbox``
-        CLI (see :meth:`agentbox.Templates.build`)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            file, _ = _core.blueprint_file(blueprint, tmp)
-            args = _core.blueprint_argv(cli, name, file, pool, no_cache)
-            env = {**os.environ, "AGENTBOX_URL": self._c.url, "AGENTBOX_API_KEY": self._c.api_key}
-            try:
-                proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-            except FileNotFoundError as e:
-                raise _core.AgentboxError(f"template build needs the agentbox CLI: {e}") from e
-            assert proc.stderr is not None and proc.stdout is not None
-            out_task = asyncio.ensure_future(proc.stdout.read())
-            tail: List[str] = []
-            async for raw in proc.stderr:
-                line = raw.decode("utf-8", "replace")
-                tail = (tail + [line])[-20:]
-                if on_progress is not None:
-                    on_progress(line.rstrip("\n"))
-            out = await out_task
-            if await proc.wait() != 0:
-                raise _core.AgentboxError(f"template build {name} failed: {''.join(tail).strip()}")
-        return from_dict(Template, json.loads(out))
 
 
 class AsyncSecrets:

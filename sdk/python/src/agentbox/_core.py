@@ -7,10 +7,9 @@ import base64
 import codecs
 import json
 import os
-import shlex
 import tarfile
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._errors import APIError, AgentboxError, make_error
 from ._models import ExecResult, FileEvent, Output
@@ -21,6 +20,11 @@ USER_AGENT = "agentbox-python/0.1.0"
 #: The largest NDJSON line accepted (1 MiB of output is 1.4 MiB in base64).
 MAX_LINE = 4 << 20
 CHUNK = 256 << 10
+#: The most events a page of ``GET .../events`` may ask for.
+MAX_EVENTS_PAGE = 10000
+#: The Content-Types of a file's bytes (PUT .../files) and of a tar (PUT .../files/archive), as the spec has them.
+FILE_TYPE = "application/octet-stream"
+TAR_TYPE = "application/x-tar"
 
 Command = Union[str, Sequence[str]]
 OutputCallback = Callable[[str], Any]
@@ -229,7 +233,7 @@ def event_params(
     if until:
         p["until"] = until
     if limit:
-        p["limit"] = limit
+        p["limit"] = min(limit, MAX_EVENTS_PAGE)  # a page; events() stops at limit
     return p
 
 
@@ -299,43 +303,6 @@ def untar_safely(src: IO[bytes], local: Union[str, "os.PathLike[str]"]) -> int:
     return n
 
 
-# --- templates from blueprints ------------------------------------------
-
-
-def blueprint_argv(
-    cli: Optional[str],
-    name: str,
-    file: str,
-    pool: int,
-    no_cache: bool,
-) -> List[str]:
-    """The ``agentbox template build`` command line (see :meth:`Templates.build`)."""
-    exe = cli or os.environ.get("AGENTBOX_CLI") or "agentbox"
-    args = shlex.split(exe) + ["--json", "template", "build", "-f", file]
-    if pool:
-        args += ["--pool", str(pool)]
-    if no_cache:
-        args.append("--no-cache")
-    return args + [name]
-
-
-def blueprint_file(blueprint: Union[str, "os.PathLike[str]", Mapping[str, Any]], tmpdir: str) -> Tuple[str, Optional[str]]:
-    """A path to the blueprint: a path as given, or a mapping (or YAML text)
-    written to ``tmpdir``. Returns (path, base_dir for copy sources)."""
-    if isinstance(blueprint, Mapping):
-        p = os.path.join(tmpdir, "blueprint.yaml")
-        with open(p, "w") as f:
-            json.dump(blueprint, f)  # JSON is YAML
-        return p, None
-    s = os.fspath(blueprint)
-    if "\n" in s or s.lstrip().startswith("{"):
-        p = os.path.join(tmpdir, "blueprint.yaml")
-        with open(p, "w") as f:
-            f.write(s)
-        return p, None
-    return s, os.path.dirname(os.path.abspath(s))
-
-
 def url_with_token(pa: Mapping[str, Any], path_only: bool = False) -> str:
     """A port's URL that opens it: host-based if hostd has a domain, with the token unless public."""
     u = pa.get("url") or ""
@@ -353,13 +320,13 @@ def image_body(name: str, ref: str, pool_size: int, **image: Any) -> Dict[str, A
 
 
 def build_event(d: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """An image build's last event: its template (done) or raises its error;
-    None for a progress event."""
+    """A build's last event: its template (done) or raises its error (of
+    the event's status); None for a progress or log event."""
     if d.get("type") == "done":
         return d.get("template") or {}
     if d.get("type") == "error":
         err = d.get("error") or {}
-        raise make_error(str(err.get("code", "build_failed")), str(err.get("message", "")))
+        raise make_error(str(err.get("code", "build_failed")), str(err.get("message", "")), int(d.get("status") or 0))
     return None
 
 

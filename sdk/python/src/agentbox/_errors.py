@@ -90,6 +90,8 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "exec_failed": ExecFailed,
     "snapshot_corrupt": InvalidRequest,
     "not_supported": NotSupported,
+    "invalid_build": InvalidRequest,
+    "build_failed": ExecFailed,
 }
 
 _BY_STATUS: Dict[int, Type[APIError]] = {

@@ -291,10 +291,15 @@ class Mount(TypedDict, total=False):
 
 @dataclass
 class BuildEvent:
-    """One progress line of an image build (``templates.build_image``)."""
+    """One progress line of a template build (``templates.build_image``,
+    ``templates.build``): ``progress`` (an image's pull, its phase) or
+    ``log`` (a line of a Dockerfile or blueprint build's output)."""
 
     type: str
     #: pull (bytes), unpack (layers), cached, build, boot, snapshot.
     phase: str = ""
     current: int = 0
     total: int = 0
+    #: A log event's line (no newline) and stream (stdout, stderr).
+    line: str = ""
+    stream: str = ""

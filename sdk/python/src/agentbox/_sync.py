@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import tempfile
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -14,9 +13,9 @@ import httpx
 from . import _core
 from ._core import Command, OutputCallback
 from ._errors import ConnectionFailed, NotFound, error_from_response
+from ._templates import Templates
 from ._models import (
     APIKey,
-    BuildEvent,
     Mount,
     CreatedKey,
     Project,
@@ -33,7 +32,6 @@ from ._models import (
     Secret,
     ShareLink,
     SnapshotInfo,
-    Template,
     Usage,
     from_dict,
 )
@@ -341,6 +339,14 @@ class Sandbox:
         """Bring a paused sandbox back, with its files and processes."""
         return self._set(self._c._json("POST", self._p("/resume")))
 
+    def migrate(self, host: Optional[str] = None) -> "Sandbox":
+        """Move the sandbox to another host of a fleet (``host``, or one the
+        fleet places), with its files, processes and exec sessions. Only a
+        fleet's control plane with a snapshot store does this; hostd alone
+        answers NotFound."""
+        body = {"host": host} if host else {}
+        return self._set(self._c._json("POST", self._p("/migrate"), json=body))
+
     def extend(self, seconds: int) -> "Sandbox":
         """Make the sandbox's timeout end ``seconds`` from now."""
         return self._set(self._c._json("POST", self._p("/timeout"), json={"timeout_s": int(seconds)}))
@@ -539,7 +545,8 @@ class Files:
         params = {}
         if mode is not None:
             params["mode"] = mode if isinstance(mode, str) else format(mode, "04o")
-        self._req("PUT", "", path, expect=(204,), params=params, content=_body(data))
+        self._req("PUT", "", path, expect=(204,), params=params, content=_body(data),
+                  headers={"Content-Type": _core.FILE_TYPE})
 
     def list(self, path: str) -> List[FileInfo]:
         """The entries of directory ``path``, every page of them (see :meth:`pages`)."""
@@ -587,7 +594,9 @@ class Files:
         with tempfile.SpooledTemporaryFile(max_size=32 << 20) as tmp:
             _core.tar_dir(local, tmp)  # type: ignore[arg-type]
             tmp.seek(0)
-            return self._req("PUT", "/archive", remote, content=_core.file_chunks(tmp)).json()  # type: ignore[arg-type]
+            resp = self._req("PUT", "/archive", remote, content=_core.file_chunks(tmp),  # type: ignore[arg-type]
+                             headers={"Content-Type": _core.TAR_TYPE})
+            return resp.json()  # type: ignore[no-any-return]
 
     def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
         """Copy guest directory ``remote`` into ``local``, refusing entries
@@ -647,9 +656,11 @@ class Snapshots:
         self._c._request("DELETE", f"/v1/snapshots/{snapshot_id}", expect=(204,))
 
     def diff(self, snapshot_id: str, against: str, *, path: Optional[str] = None, patch: bool = False,
-             method: Optional[str] = None) -> Dict[str, Any]:
-        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page)."""
-        return self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=_core.diff_params(against, path, patch, method, None, False, None, None))
+             method: Optional[str] = None, exclude: Optional[Sequence[str]] = None, events: bool = False) -> Dict[str, Any]:
+        """What snapshot ``snapshot_id`` has that ``against`` (a snapshot or sandbox id) has not (one page);
+        ``exclude`` and ``events`` as :meth:`Sandbox.diff`'s."""
+        params = _core.diff_params(against, path, patch, method, exclude, events, None, None)
+        return self._c._json("GET", f"/v1/snapshots/{snapshot_id}/diff", params=params)
 
     def replay(self, snapshot_id: str, cmd: Any, n: int = 3, *, env: Optional[Dict[str, str]] = None, cwd: str = "",
                timeout_s: int = 0, keep: bool = False, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
@@ -660,93 +671,6 @@ class Snapshots:
         body = _core.replay_body(cmd, n, env, cwd, timeout_s, keep)
         with self._c._stream("POST", f"/v1/snapshots/{snapshot_id}/replay", params={"stream": "true"}, json=body) as resp:
             return _core.replay_lines(resp.iter_lines(), progress)
-
-
-class Templates:
-    """Templates: named snapshots with a warm pool."""
-
-    def __init__(self, client: Client) -> None:
-        self._c = client
-
-    def list(self) -> List[Template]:
-        """Every template."""
-        return [from_dict(Template, t) for t in self._c._json("GET", "/v1/templates")["templates"]]
-
-    def get(self, name: str) -> Template:
-        """Describe template ``name``."""
-        return from_dict(Template, self._c._json("GET", f"/v1/templates/{name}"))
-
-    def create(self, name: str, snapshot_id: str, *, pool_size: int = 0) -> Template:
-        """Name snapshot ``snapshot_id`` as template ``name`` (replacing one of that name)."""
-        body = {"name": name, "snapshot_id": snapshot_id, "pool_size": pool_size}
-        return from_dict(Template, self._c._json("POST", "/v1/templates", json=body, expect=(201,)))
-
-    def build_image(
-        self,
-        name: str,
-        ref: str,
-        *,
-        pool_size: int = 0,
-        insecure: bool = False,
-        registry_secret: Optional[str] = None,
-        free_mib: int = 0,
-        memory_mib: int = 0,
-        on_progress: Optional[Callable[[BuildEvent], Any]] = None,
-    ) -> Template:
-        """Build template ``name`` from OCI image ``ref`` (a registry reference,
-        or an OCI layout or ``docker save`` tarball on hostd's machine) in
-        hostd; ``on_progress`` gets each :class:`BuildEvent`."""
-        body = _core.image_body(name, ref, pool_size, insecure=insecure, registry_secret=registry_secret,
-                                free_mib=free_mib, memory_mib=memory_mib)
-        with self._c._stream("POST", "/v1/templates", json=body, timeout=None) as resp:
-            for line in resp.iter_lines():
-                d = _core.parse_line(line)
-                if d is None:
-                    continue
-                t = _core.build_event(d)
-                if t is not None:
-                    return from_dict(Template, t)
-                if on_progress is not None:
-                    on_progress(from_dict(BuildEvent, d))
-        raise _core.AgentboxError(f"template build {name}: the stream ended without its result")
-
-    def delete(self, name: str) -> None:
-        """Delete a template and its warm pool (not its snapshot)."""
-        self._c._request("DELETE", f"/v1/templates/{name}", expect=(204,))
-
-    def build(
-        self,
-        name: str,
-        blueprint: Union[str, "os.PathLike[str]", Mapping[str, Any]],
-        *,
-        pool: int = 0,
-        no_cache: bool = False,
-        on_progress: Optional[Callable[[str], Any]] = None,
-        cli: Optional[str] = None,
-    ) -> Template:
-        """Build template ``name`` from a blueprint (a file path, YAML text or
-        a mapping), reusing cached steps; ``on_progress`` gets each progress
-        line. This runs the ``agentbox`` CLI (``cli``, else ``$AGENTBOX_CLI``,
-        else ``agentbox`` on PATH): the blueprint engine and its cache keys
-        live in Go, and one engine is better than two that drift."""
-        with tempfile.TemporaryDirectory() as tmp:
-            file, _ = _core.blueprint_file(blueprint, tmp)
-            args = _core.blueprint_argv(cli, name, file, pool, no_cache)
-            env = {**os.environ, "AGENTBOX_URL": self._c.url, "AGENTBOX_API_KEY": self._c.api_key}
-            try:
-                proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
-            except FileNotFoundError as e:
-                raise _core.AgentboxError(f"template build needs the agentbox CLI: {e}") from e
-            assert proc.stderr is not None and proc.stdout is not None
-            tail: List[str] = []
-            for line in proc.stderr:
-                tail = (tail + [line])[-20:]
-                if on_progress is not None:
-                    on_progress(line.rstrip("\n"))
-            out = proc.stdout.read()
-            if proc.wait() != 0:
-                raise _core.AgentboxError(f"template build {name} failed: {''.join(tail).strip()}")
-        return from_dict(Template, json.loads(out))
 
 
 class Secrets:
