@@ -670,6 +670,17 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 	CreateShareLink(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReleaseSandbox Forget a paused, durable sandbox that moved to another host.
+	//
+	// Host token or admin. Drops this host's files and records of a paused
+	// sandbox whose state is durable in the snapshot store, without
+	// deleting the store's refs (another host resumes it from there).
+	// A sandbox that is not paused and durable answers 409
+	// sandbox_not_durable.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+	ReleaseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
@@ -1914,6 +1925,27 @@ func (c *Raw) CreateShareLinkWithBody(ctx context.Context, id SandboxID, port Po
 // Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 func (c *Raw) CreateShareLink(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateShareLinkRequest(c.Server, id, port, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseSandbox Forget a paused, durable sandbox that moved to another host.
+//
+// Host token or admin. Drops this host's files and records of a paused
+// sandbox whose state is durable in the snapshot store, without
+// deleting the store's refs (another host resumes it from there).
+// A sandbox that is not paused and durable answers 409
+// sandbox_not_durable.
+//
+// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+func (c *Raw) ReleaseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseSandboxRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -4368,6 +4400,40 @@ func NewCreateShareLinkRequestWithBody(server string, id SandboxID, port Port, c
 	return req, nil
 }
 
+// NewReleaseSandboxRequest constructs an http.Request for the ReleaseSandbox method
+func NewReleaseSandboxRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewResumeSandboxRequest constructs an http.Request for the ResumeSandbox method
 func NewResumeSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -5845,6 +5911,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 	CreateShareLinkWithResponse(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error)
+
+	// ReleaseSandboxWithResponse Forget a paused, durable sandbox that moved to another host.
+	//
+	// Host token or admin. Drops this host's files and records of a paused
+	// sandbox whose state is durable in the snapshot store, without
+	// deleting the store's refs (another host resumes it from there).
+	// A sandbox that is not paused and durable answers 409
+	// sandbox_not_durable.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+	ReleaseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ReleaseSandboxResponse, error)
 
 	// ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
 	//
@@ -7819,6 +7898,47 @@ func (r CreateShareLinkResponse) ContentType() string {
 	return ""
 }
 
+type ReleaseSandboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReleaseSandboxResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseSandboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseSandboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseSandboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResumeSandboxResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9495,6 +9615,25 @@ func (c *ClientWithResponses) CreateShareLinkWithResponse(ctx context.Context, i
 	return ParseCreateShareLinkResponse(rsp)
 }
 
+// ReleaseSandboxWithResponse Forget a paused, durable sandbox that moved to another host.
+//
+// Host token or admin. Drops this host's files and records of a paused
+// sandbox whose state is durable in the snapshot store, without
+// deleting the store's refs (another host resumes it from there).
+// A sandbox that is not paused and durable answers 409
+// sandbox_not_durable.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+func (c *ClientWithResponses) ReleaseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ReleaseSandboxResponse, error) {
+	rsp, err := c.ReleaseSandbox(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseSandboxResponse(rsp)
+}
+
 // ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -11025,6 +11164,35 @@ func ParseCreateShareLinkResponse(rsp *http.Response) (*CreateShareLinkResponse,
 			return nil, err
 		}
 		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReleaseSandboxResponse parses an HTTP response from a ReleaseSandboxWithResponse call
+func ParseReleaseSandboxResponse(rsp *http.Response) (*ReleaseSandboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseSandboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

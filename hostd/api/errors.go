@@ -39,6 +39,8 @@ const (
 	CodeInternal          = "internal"
 	CodeSnapshotInUse     = "snapshot_in_use"
 	CodeSnapshotCorrupt   = "snapshot_corrupt"
+	CodeNotDurable        = "sandbox_not_durable"
+	CodeStoreUnavailable  = "snapshot_store_unavailable"
 	CodeSandboxPaused     = "sandbox_paused"
 	CodeBadImage          = "bad_image"
 	CodeImageTooLarge     = "image_too_large"
@@ -107,6 +109,8 @@ var statusRules = []struct {
 	{sandbox.ErrNoProbe, http.StatusUnprocessableEntity, CodeNoProbe},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, CodeHostCapacity},
+	{sandbox.ErrNotDurable, http.StatusConflict, CodeNotDurable},
+	{sandbox.ErrStoreUnavailable, http.StatusServiceUnavailable, CodeStoreUnavailable},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},
 	{oci.ErrBadRef, http.StatusBadRequest, CodeInvalidRequest},
 	{oci.ErrPlainHTTP, http.StatusBadRequest, CodeInvalidRequest},

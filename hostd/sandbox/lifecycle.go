@@ -167,3 +167,18 @@ func snapshotNotFound(err error, id string) error {
 	}
 	return err
 }
+
+// ReleaseSandbox forgets a paused sandbox whose state is durable in the snapshot
+// store, after it moved to another host: its local files and records go,
+// the store's refs stay. Until this hostd exports paused sandboxes to a
+// store none is durable, so every release is refused with ErrNotDurable.
+func (m *Manager) ReleaseSandbox(ctx context.Context, id string) error {
+	info, err := m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if info.State != StatePaused || !info.Durable {
+		return fmt.Errorf("%w: sandbox %s is %s", ErrNotDurable, id, info.State)
+	}
+	return m.Delete(ctx, id)
+}
