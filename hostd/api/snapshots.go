@@ -93,8 +93,10 @@ func (s *server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id Sandbo
 // ReleaseSandbox is for the fleet (host token) or an admin: the gateway
 // calls it on a migrated sandbox's old host.
 func (s *server) ReleaseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
-	if err := s.requireAdmin(r.Context()); err != nil {
-		s.writeError(w, r, err)
+	// Without tenancy the one key (or the fleet's host token) is the
+	// operator's; with it, only an admin may.
+	if s.tenancy != nil && !isAdmin(r.Context()) {
+		s.writeError(w, r, forbidden("only an admin key or the fleet may release a sandbox"))
 		return
 	}
 	if err := s.m.ReleaseSandbox(r.Context(), id); err != nil {
