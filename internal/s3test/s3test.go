@@ -7,10 +7,13 @@ package s3test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -34,7 +37,13 @@ type Server struct {
 
 	be  *s3mem.Backend
 	srv *httptest.Server
+
+	down atomic.Bool
+	mu   sync.Mutex
+	reqs []request // the requests answered, for Count
 }
+
+type request struct{ method, key string }
 
 // Start starts a server holding the given buckets (empty); it stops when
 // the test ends.
@@ -57,14 +66,95 @@ func New(buckets ...string) (*Server, error) {
 		}
 	}
 	faker := gofakes3.New(be)
-	srv := httptest.NewServer(requireKey(faker.Server()))
-	host := strings.TrimPrefix(srv.URL, "http://")
+	s := &Server{be: be}
+	s.srv = httptest.NewServer(s.faults(requireKey(faker.Server())))
+	s.Endpoint = s.srv.URL
+	host := strings.TrimPrefix(s.srv.URL, "http://")
 	cl, err := minio.New(host, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")})
 	if err != nil {
-		srv.Close()
+		s.srv.Close()
 		return nil, err
 	}
-	return &Server{Endpoint: srv.URL, Client: cl, be: be, srv: srv}, nil
+	s.Client = cl
+	return s, nil
+}
+
+// faults counts the requests and, while the server is down, refuses them
+// with 503 ServiceUnavailable.
+func (s *Server) faults(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>down (s3test)</Message></Error>`)
+			return
+		}
+		// Path style: /bucket/key.
+		_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		s.mu.Lock()
+		if len(s.reqs) < 1<<20 {
+			s.reqs = append(s.reqs, request{r.Method, key})
+		}
+		s.mu.Unlock()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// SetDown makes the server refuse every request (503) until SetDown(false).
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
+
+// Count is how many requests of method (GET, PUT, HEAD, DELETE) the
+// server answered for keys that start with keyPrefix ("" = any key; the
+// key is without the bucket).
+func (s *Server) Count(method, keyPrefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.reqs {
+		if r.method == method && strings.HasPrefix(r.key, keyPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetCounts forgets the requests counted so far.
+func (s *Server) ResetCounts() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = nil
+}
+
+// Flip flips one byte (at off, modulo the object's size) of a stored
+// object, in the backend, to play a corrupted store.
+func (s *Server) Flip(bucket, key string, off int) error {
+	obj, err := s.be.GetObject(bucket, key, nil)
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(obj.Contents)
+	_ = obj.Contents.Close()
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("s3test: flip %s/%s: empty object", bucket, key)
+	}
+	data[off%len(data)] ^= 0xff
+	return s.PutDirect(bucket, key, data)
+}
+
+// Keys lists a bucket's keys that start with prefix, from the backend.
+func (s *Server) Keys(bucket, prefix string) ([]string, error) {
+	res, err := s.be.ListBucket(bucket, &gofakes3.Prefix{Prefix: prefix, HasPrefix: true}, gofakes3.ListBucketPage{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, o := range res.Contents {
+		out = append(out, o.Key)
+	}
+	return out, nil
 }
 
 // Close stops the server.

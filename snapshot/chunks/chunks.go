@@ -66,7 +66,7 @@ type Refs interface {
 // CacheHits chunks served by the local cache.
 type Stats struct {
 	Files, Chunks, ZeroChunks, Uploaded, Fetched, CacheHits int
-	Bytes, StoredBytes, TransferBytes                     int64
+	Bytes, StoredBytes, TransferBytes                       int64
 }
 
 // Store is a chunk store on a bucket.
