@@ -99,6 +99,7 @@ var statusRules = []struct {
 	{sandbox.ErrNotFound, http.StatusNotFound, CodeSandboxNotFound},
 	{sandbox.ErrInUse, http.StatusConflict, CodeSnapshotInUse},
 	{sandbox.ErrCorrupt, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
+	{sandbox.ErrIncompatible, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
 	{sandbox.ErrPaused, http.StatusConflict, CodeSandboxPaused},
 	{sandbox.ErrDeleted, http.StatusConflict, CodeSandboxDeleted},
 	{sandbox.ErrNotRunning, http.StatusConflict, CodeSandboxNotRunning},
