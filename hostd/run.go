@@ -106,6 +106,10 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		}
 		log.Info("snapshot store: pauses are durable there", "url", cfg.SnapshotStore.URL)
 	}
+	durable := &fleetDurability{}
+	if snapStore != nil && cfg.Fleet.On() {
+		opts.Durability = durable
+	}
 	if err := vmmJail(cfg, drv, log, &opts); err != nil {
 		return err
 	}
@@ -158,7 +162,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 	defer func() { fleet.stop() }()
 	listening := func(addr string) {
 		if cfg.Fleet.On() {
-			fleet = startFleet(ctx, cfg, mgr, st, addr, log)
+			fleet = startFleet(ctx, cfg, mgr, st, addr, log, durable)
 		}
 		if ready != nil {
 			ready(addr)

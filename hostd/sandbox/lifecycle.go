@@ -77,6 +77,11 @@ func (m *Manager) savePaused(ctx context.Context, b *runningVM, dir string) erro
 		if err := writeDurable(b.dir, d); err != nil {
 			return err
 		}
+		if m.opts.Durability != nil {
+			if err := m.opts.Durability.SetDurable(ctx, b.id, d.Manifest, d.At); err != nil {
+				m.log.Warn("durable pause not recorded in the fleet", "sandbox_id", b.id, "err", err)
+			}
+		}
 	}
 	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd, User: b.user})
 }

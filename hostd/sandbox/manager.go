@@ -100,6 +100,16 @@ type Options struct {
 	// this host in the store's refs.
 	SnapshotStore SnapshotStore
 	HostName      string
+	// Durability, if set, is told of every durable pause (a fleet host's
+	// fleet store: an idle or TTL pause is recorded there as the API's
+	// pauses are by the gateway).
+	Durability Durability
+}
+
+// Durability records that a sandbox's paused state is durable
+// (fleet/store.Store.SetDurable).
+type Durability interface {
+	SetDurable(ctx context.Context, sandboxID, manifest string, at time.Time) error
 }
 
 // Validate checks the options.

@@ -313,3 +313,69 @@ func (m *Manager) importSnapshot(ctx context.Context, man chunks.Manifest) (snap
 	m.log.Info("snapshot imported from the snapshot store", "snapshot_id", sn.ID)
 	return sn, nil
 }
+
+// refTemplates is the refs' kind of templates.
+const refTemplates = "templates"
+
+// templateExport is Templates.export with a snapshot store (nil without).
+func (m *Manager) templateExport() func(ctx context.Context, name, snapshotID string) error {
+	if m.port == nil {
+		return nil
+	}
+	return func(ctx context.Context, name, snapshotID string) error {
+		req, err := m.requires()
+		if err != nil {
+			return err
+		}
+		id, err := m.exportLineage(ctx, snapshotID, "", req)
+		if err != nil {
+			return err
+		}
+		return storeErr(m.port.st.PutRef(ctx, refTemplates, name, chunks.Ref{Manifest: id, Generation: time.Now().UnixNano(), Host: m.port.host}))
+	}
+}
+
+// importTemplate makes template name, which another host made, local: its
+// snapshot's lineage is fetched once; later creates find it here. Absent
+// from the store it is store.ErrNotFound.
+func (m *Manager) importTemplate(ctx context.Context, name string) (store.Template, error) {
+	m.port.imports.Lock()
+	defer m.port.imports.Unlock()
+	if t, err := m.opts.Store.GetTemplate(ctx, name); err == nil {
+		return t, nil
+	}
+	ref, err := m.port.st.GetRef(ctx, refTemplates, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return store.Template{}, fmt.Errorf("template %s: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Template{}, storeErr(err)
+	}
+	sn, err := m.importLineage(ctx, ref.Manifest)
+	if err != nil {
+		return store.Template{}, err
+	}
+	t := store.Template{Name: name, SnapshotID: sn.ID, CreatedAt: time.Now().UTC()}
+	if err := m.opts.Store.PutTemplate(ctx, t); err != nil {
+		return store.Template{}, err
+	}
+	m.log.Info("template imported from the snapshot store", "template", name, "snapshot_id", sn.ID, "from_host", ref.Host)
+	return t, nil
+}
+
+// importSnapshotByID makes snapshot id, taken on another host, local
+// (store.ErrNotFound when the store has no manifest of it).
+func (m *Manager) importSnapshotByID(ctx context.Context, id string) error {
+	if !chunks.ValidID(id) {
+		return fmt.Errorf("snapshot %s: %w", id, store.ErrNotFound)
+	}
+	m.port.imports.Lock()
+	defer m.port.imports.Unlock()
+	if _, err := m.port.st.GetRef(ctx, refSnapshots, id); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("snapshot %s: %w", id, store.ErrNotFound)
+	} else if err != nil {
+		return storeErr(err)
+	}
+	_, err := m.importLineage(ctx, id)
+	return err
+}
