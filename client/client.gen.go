@@ -604,6 +604,11 @@ type ClientInterface interface {
 
 	// PauseSandbox Write the sandbox's memory to disk and release the host memory.
 	//
+	// With a snapshot store (hostd --snapshot-store) the pause is answered
+	// only once the paused state is durable there (`durable`,
+	// `durable_manifest`, `durable_at`); a store that fails answers 503
+	// `snapshot_store_unavailable`, and the sandbox runs on.
+	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 	PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -682,6 +687,12 @@ type ClientInterface interface {
 	ReleaseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
+	//
+	// With a snapshot store, a sandbox this host does not hold is imported
+	// from the store (paused durably on another host), its chunks verified
+	// by digest: a chunk that fails, or a snapshot that needs another
+	// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+	// and nothing of it is kept.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 	ResumeSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1809,6 +1820,11 @@ func (c *Raw) PatchSandboxNetwork(ctx context.Context, id SandboxID, body PatchS
 
 // PauseSandbox Write the sandbox's memory to disk and release the host memory.
 //
+// With a snapshot store (hostd --snapshot-store) the pause is answered
+// only once the paused state is durable there (`durable`,
+// `durable_manifest`, `durable_at`); a store that fails answers 503
+// `snapshot_store_unavailable`, and the sandbox runs on.
+//
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 func (c *Raw) PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseSandboxRequest(c.Server, id)
@@ -1957,6 +1973,12 @@ func (c *Raw) ReleaseSandbox(ctx context.Context, id SandboxID, reqEditors ...Re
 }
 
 // ResumeSandbox Bring a paused sandbox back, with its files and processes.
+//
+// With a snapshot store, a sandbox this host does not hold is imported
+// from the store (paused durably on another host), its chunks verified
+// by digest: a chunk that fails, or a snapshot that needs another
+// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+// and nothing of it is kept.
 //
 // Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 func (c *Raw) ResumeSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5842,6 +5864,11 @@ type ClientWithResponsesInterface interface {
 
 	// PauseSandboxWithResponse Write the sandbox's memory to disk and release the host memory.
 	//
+	// With a snapshot store (hostd --snapshot-store) the pause is answered
+	// only once the paused state is durable there (`durable`,
+	// `durable_manifest`, `durable_at`); a store that fails answers 503
+	// `snapshot_store_unavailable`, and the sandbox runs on.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -5926,6 +5953,12 @@ type ClientWithResponsesInterface interface {
 	ReleaseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ReleaseSandboxResponse, error)
 
 	// ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
+	//
+	// With a snapshot store, a sandbox this host does not hold is imported
+	// from the store (paused durably on another host), its chunks verified
+	// by digest: a chunk that fails, or a snapshot that needs another
+	// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+	// and nothing of it is kept.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9509,6 +9542,11 @@ func (c *ClientWithResponses) PatchSandboxNetworkWithResponse(ctx context.Contex
 
 // PauseSandboxWithResponse Write the sandbox's memory to disk and release the host memory.
 //
+// With a snapshot store (hostd --snapshot-store) the pause is answered
+// only once the paused state is durable there (`durable`,
+// `durable_manifest`, `durable_at`); a store that fails answers 503
+// `snapshot_store_unavailable`, and the sandbox runs on.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -9635,6 +9673,12 @@ func (c *ClientWithResponses) ReleaseSandboxWithResponse(ctx context.Context, id
 }
 
 // ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
+//
+// With a snapshot store, a sandbox this host does not hold is imported
+// from the store (paused durably on another host), its chunks verified
+// by digest: a chunk that fails, or a snapshot that needs another
+// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+// and nothing of it is kept.
 //
 // Returns a wrapper object for the known response body format(s).
 //
