@@ -286,6 +286,14 @@ func (m *Manager) exportLineage(ctx context.Context, id, layer string, req map[s
 	if layer != "" && layer != filepath.Join(line[0].Dir, snapshot.LayerFile) {
 		return "", fmt.Errorf("sandbox: the disk is layered on %s, not on its snapshot %s", layer, id)
 	}
+	// An importer layers the oldest snapshot on its own base image: it
+	// must be layered on this host's.
+	root := line[len(line)-1]
+	if info, err := disk.Inspect(ctx, filepath.Join(root.Dir, snapshot.LayerFile)); err != nil {
+		return "", err
+	} else if info.BackingFilename != "" && info.BackingFilename != m.opts.BaseImage {
+		return "", fmt.Errorf("sandbox: snapshot %s is layered on %s, not on the base image: it cannot be exported", root.ID, info.BackingFilename)
+	}
 	parent := ""
 	for i := len(line) - 1; i >= 0; i-- {
 		sn := line[i]
