@@ -219,3 +219,41 @@ func (b *S3) wrap(op, key string, err error) error {
 	}
 	return fmt.Errorf("%w: %s s3://%s/%s: %w", ErrUnavailable, op, b.bucket, b.key(key), err)
 }
+
+// ReadCredentials reads a store's access key and secret key from a file:
+// either two lines (the access key, then the secret key) or KEY=VALUE
+// lines with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any case; blank
+// lines and # comments are skipped).
+func ReadCredentials(path string) (access, secret string, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("chunks: credentials: %w", err)
+	}
+	if len(b) > 64<<10 {
+		return "", "", fmt.Errorf("chunks: credentials %s: over 64 KiB", path)
+	}
+	var plain []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		switch k = strings.ToUpper(strings.TrimSpace(k)); {
+		case ok && k == "AWS_ACCESS_KEY_ID":
+			access = strings.TrimSpace(v)
+		case ok && k == "AWS_SECRET_ACCESS_KEY":
+			secret = strings.TrimSpace(v)
+		case ok && strings.HasPrefix(k, "AWS_"):
+		default:
+			plain = append(plain, line)
+		}
+	}
+	if access == "" && secret == "" && len(plain) == 2 {
+		access, secret = plain[0], plain[1]
+	}
+	if access == "" || secret == "" {
+		return "", "", fmt.Errorf("chunks: credentials %s: want two lines (access key, secret key) or AWS_ACCESS_KEY_ID= and AWS_SECRET_ACCESS_KEY=", path)
+	}
+	return access, secret, nil
+}

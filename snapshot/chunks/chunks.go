@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"regexp"
+	"runtime"
 	"sync"
 	"time"
 
@@ -104,7 +105,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(min(cfg.Parallel, runtime.GOMAXPROCS(0))))
 	if err != nil {
 		return nil, fmt.Errorf("chunks: zstd: %w", err)
 	}

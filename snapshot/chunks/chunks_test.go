@@ -24,7 +24,7 @@ const (
 )
 
 // newBucket starts an s3test server and returns it with a bucket on it.
-func newBucket(t *testing.T) (*s3test.Server, chunks.Bucket) {
+func newBucket(t testing.TB) (*s3test.Server, chunks.Bucket) {
 	t.Helper()
 	srv := s3test.Start(t, testBucket)
 	cfg, err := chunks.ParseURL("s3://" + testBucket + "/" + testPrefix + "?endpoint=" + srv.Endpoint + "&region=us-east-1")
@@ -443,4 +443,59 @@ func (r *memRefs) Release(_ context.Context, m string) error {
 	defer r.mu.Unlock()
 	delete(r.held, m)
 	return nil
+}
+
+func TestReadCredentials(t *testing.T) {
+	dir := t.TempDir()
+	for what, c := range map[string]string{
+		"two lines": "AK\nSK\n",
+		"key=value": "# store\nAWS_ACCESS_KEY_ID=AK\naws_secret_access_key = SK\nAWS_REGION=x\n",
+	} {
+		p := filepath.Join(dir, "c")
+		if err := os.WriteFile(p, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ak, sk, err := chunks.ReadCredentials(p); err != nil || ak != "AK" || sk != "SK" {
+			t.Errorf("%s: %q %q %v", what, ak, sk, err)
+		}
+	}
+	p := filepath.Join(dir, "bad")
+	_ = os.WriteFile(p, []byte("only-one-line\n"), 0o600)
+	if _, _, err := chunks.ReadCredentials(p); err == nil {
+		t.Error("one line read as credentials")
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	cfg, err := chunks.ParseURL("s3://b/p/q?endpoint=http://127.0.0.1:9000&region=eu-1&insecure=1")
+	if err != nil || cfg.Bucket != "b" || cfg.Prefix != "p/q" || cfg.Endpoint != "http://127.0.0.1:9000" || cfg.Region != "eu-1" || !cfg.Insecure {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	for _, bad := range []string{
+		"http://b/p", "s3:///p", "s3://ak:sk@b/p", "s3://b/p?endpoint=ftp://x", "s3://b/p?color=red",
+		"s3://b/a/../c", "s3://b/a//c",
+	} {
+		if _, err := chunks.ParseURL(bad); err == nil {
+			t.Errorf("%s parsed", bad)
+		}
+	}
+}
+
+// TestMissingBucket: a bucket that does not exist is a store that is not
+// there (ErrUnavailable), not a missing chunk.
+func TestMissingBucket(t *testing.T) {
+	srv := s3test.Start(t, testBucket)
+	b, err := chunks.NewS3(chunks.S3Config{Endpoint: srv.Endpoint, Bucket: "nope", Region: "us-east-1",
+		AccessKey: s3test.AccessKey, SecretKey: s3test.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, b, nil)
+	_, _, err = s.Export(context.Background(), chunks.Manifest{ID: "x", Kind: "paused"}, writeFiles(t, map[string][]byte{"f": random(t, cs)}))
+	if !errors.Is(err, chunks.ErrUnavailable) {
+		t.Fatalf("export to a missing bucket: %v", err)
+	}
+	if _, err := s.Manifest(context.Background(), "x"); !errors.Is(err, chunks.ErrUnavailable) {
+		t.Fatalf("manifest from a missing bucket: %v", err)
+	}
 }

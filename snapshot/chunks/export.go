@@ -30,6 +30,11 @@ import (
 // whether it holds it, so a collector racing the export either sees the
 // reference or has deleted the chunk before (and the export uploads it).
 // Memory is bounded by Parallel x ChunkSize x 2.
+//
+// Use a new ID for each export: references add up per manifest, so a
+// re-export under an old ID keeps the old content's chunks referenced
+// too (safe, not tidy). A failed Export leaves its references with m.ID
+// (no manifest is written): Delete(m.ID) releases them.
 func (s *Store) Export(ctx context.Context, m Manifest, files map[string]string) (Manifest, Stats, error) {
 	m.Version = ManifestVersion
 	if m.Created.IsZero() {
@@ -191,8 +196,11 @@ func (x *exporter) readFile(ctx context.Context, i int, path string, pool chan [
 			return ctx.Err()
 		}
 		buf = buf[:ln]
-		if _, err := f.ReadAt(buf, off); err != nil && !(errors.Is(err, io.EOF)) {
+		if k, err := f.ReadAt(buf, off); err != nil {
 			pool <- buf
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("shrank to %d bytes during the export", off+int64(k))
+			}
 			return err
 		}
 		select {
@@ -226,14 +234,26 @@ func (x *exporter) zero() {
 	x.mu.Unlock()
 }
 
-var zeros = make([]byte, MaxChunkLen)
+var zeroBlock [64 << 10]byte
+
+// isZero reports whether b is all zeros.
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
 
 // chunk hashes one chunk, and uploads it unless it is zeros or the bucket
 // (or another chunk of this export) has it. dst is the worker's
 // compression buffer, returned for reuse.
 func (x *exporter) chunk(ctx context.Context, j job, dst []byte) ([]byte, error) {
 	c := &x.m.Files[j.file].Chunks[j.chunk]
-	if bytes.Equal(j.buf, zeros[:len(j.buf)]) {
+	if isZero(j.buf) {
 		x.zero()
 		return dst, nil
 	}
