@@ -342,16 +342,24 @@ func portableFlippedChunk(t *testing.T, e *env) {
 	if err := e.f.Store().PutDirect(fleettest.StoreBucket, key, obj); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.a.Migrate(ctx, bad.ID, "")
+	// A paused sandbox's migrate moves its row (the new host imports it on
+	// its next resume): the resume there meets the flipped chunk.
+	if _, err := e.a.Migrate(ctx, bad.ID, ""); err != nil {
+		t.Fatalf("migrate of a paused sandbox: %v", err)
+	}
+	_, err = e.a.Resume(ctx, bad.ID)
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Code != "snapshot_corrupt" {
-		t.Fatalf("migrate with a flipped chunk: %v, want snapshot_corrupt", err)
+		t.Fatalf("resume elsewhere with a flipped chunk: %v, want snapshot_corrupt", err)
 	}
 	if !strings.Contains(ae.Message, flipped[:12]) && !strings.Contains(strings.ToLower(ae.Message), "digest") {
 		t.Fatalf("refusal does not name the digest: %v", ae)
 	}
 	if _, err := e.a.Migrate(ctx, good.ID, ""); err != nil {
 		t.Fatalf("the other sandbox: %v", err)
+	}
+	if r, err := e.a.Resume(ctx, good.ID); err != nil || r.State != "running" {
+		t.Fatalf("the other sandbox's resume elsewhere: %+v %v", r, err)
 	}
 }
 
