@@ -121,6 +121,20 @@ func TestPortablePause(t *testing.T) {
 	if bad := sh(b.c, sb.ID, "cd /root/files && sha256sum -c /root/sums 2>/dev/null | grep -vc ': OK$' || true"); bad != "0" {
 		t.Fatalf("%s mismatches after the resume on B", bad)
 	}
+	// For comparison: a pause on B (its lineage is in the store already)
+	// and a local resume there.
+	s3.ResetCounts()
+	start = time.Now()
+	if p, err := b.c.Pause(ctx, sb.ID); err != nil || !p.Durable {
+		t.Fatalf("pause on B: %+v %v", p, err)
+	}
+	t.Logf("pause to durable on B (lineage stored): %v, %d chunk PUTs", time.Since(start), s3.Count(http.MethodPut, "fleet/chunks/"))
+	start = time.Now()
+	if r, err := b.c.Resume(ctx, sb.ID); err != nil || r.State != "running" {
+		t.Fatalf("local resume on B: %+v %v", r, err)
+	}
+	t.Logf("local resume on B: %v", time.Since(start))
+	killVMAtEnd(t, vmOf(t, dataB, sb.ID))
 
 	// A chunk of its own flipped in the store: refused with a digest
 	// error, nothing made.
