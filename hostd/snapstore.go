@@ -1,12 +1,8 @@
 package hostd
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/agentbox/agentbox/snapshot/chunks"
 )
@@ -43,7 +39,7 @@ func openSnapshotStore(c SnapshotStoreConfig, dataDir string, cfg Config) (*chun
 		return nil, fmt.Errorf("hostd: --snapshot-store: %w", err)
 	}
 	if c.CredentialsFile != "" {
-		if s3.AccessKey, s3.SecretKey, err = readCredentials(c.CredentialsFile); err != nil {
+		if s3.AccessKey, s3.SecretKey, err = chunks.ReadCredentials(c.CredentialsFile); err != nil {
 			return nil, fmt.Errorf("hostd: --snapshot-store-credentials: %w", err)
 		}
 	}
@@ -62,47 +58,4 @@ func openSnapshotStore(c SnapshotStoreConfig, dataDir string, cfg Config) (*chun
 		return nil, fmt.Errorf("hostd: snapshot store: %w", err)
 	}
 	return st, nil
-}
-
-// readCredentials reads an access key and a secret key from path: two
-// lines (access key, then secret key), or KEY=VALUE lines naming
-// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (blank lines and # comments
-// are skipped either way).
-func readCredentials(path string) (access, secret string, err error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", "", err
-	}
-	if len(b) > 64<<10 {
-		return "", "", fmt.Errorf("%s: over 64 KiB", path)
-	}
-	var plain []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		switch strings.TrimSpace(k) {
-		case "AWS_ACCESS_KEY_ID", "access_key", "aws_access_key_id":
-			if ok {
-				access = strings.TrimSpace(v)
-				continue
-			}
-		case "AWS_SECRET_ACCESS_KEY", "secret_key", "aws_secret_access_key":
-			if ok {
-				secret = strings.TrimSpace(v)
-				continue
-			}
-		}
-		plain = append(plain, line)
-	}
-	if access == "" && secret == "" && len(plain) == 2 {
-		access, secret = plain[0], plain[1]
-	}
-	if access == "" || secret == "" {
-		return "", "", fmt.Errorf("%s: want two lines (access key, secret key) or AWS_ACCESS_KEY_ID=... and AWS_SECRET_ACCESS_KEY=...", path)
-	}
-	return access, secret, nil
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/agentbox/agentbox/snapshot/chunks"
 )
 
 func TestReadCredentials(t *testing.T) {
@@ -18,7 +20,7 @@ func TestReadCredentials(t *testing.T) {
 		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ak, sk, err := readCredentials(p)
+		ak, sk, err := chunks.ReadCredentials(p)
 		if c.ak == "" {
 			if err == nil {
 				t.Errorf("%s: got %q %q, want an error", c.name, ak, sk)
