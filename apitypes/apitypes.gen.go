@@ -1816,8 +1816,18 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"created_at"`
 
 	// Deadline When its timeout ends (absent without one).
-	Deadline *time.Time        `json:"deadline,omitempty"`
-	Env      map[string]string `json:"env"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+
+	// Durable Its paused state is in the snapshot store (hostd with
+	// --snapshot-store): any host sharing the store can resume it.
+	Durable bool `json:"durable,omitempty"`
+
+	// DurableAt When that manifest became durable (absent when not durable).
+	DurableAt *time.Time `json:"durable_at,omitempty"`
+
+	// DurableManifest The store's manifest a resume returns to ("" when not durable).
+	DurableManifest string            `json:"durable_manifest,omitempty"`
+	Env             map[string]string `json:"env"`
 
 	// Error Why a failed sandbox failed ("" otherwise).
 	Error string `json:"error"`

@@ -604,6 +604,11 @@ type ClientInterface interface {
 
 	// PauseSandbox Write the sandbox's memory to disk and release the host memory.
 	//
+	// With a snapshot store (hostd --snapshot-store) the pause is answered
+	// only once the paused state is durable there (`durable`,
+	// `durable_manifest`, `durable_at`); a store that fails answers 503
+	// `snapshot_store_unavailable`, and the sandbox runs on.
+	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 	PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -670,7 +675,24 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 	CreateShareLink(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReleaseSandbox Forget a paused, durable sandbox that moved to another host.
+	//
+	// Host token or admin. Drops this host's files and records of a paused
+	// sandbox whose state is durable in the snapshot store, without
+	// deleting the store's refs (another host resumes it from there).
+	// A sandbox that is not paused and durable answers 409
+	// sandbox_not_durable.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+	ReleaseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
+	//
+	// With a snapshot store, a sandbox this host does not hold is imported
+	// from the store (paused durably on another host), its chunks verified
+	// by digest: a chunk that fails, or a snapshot that needs another
+	// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+	// and nothing of it is kept.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 	ResumeSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1807,6 +1829,11 @@ func (c *Raw) PatchSandboxNetwork(ctx context.Context, id SandboxID, body PatchS
 
 // PauseSandbox Write the sandbox's memory to disk and release the host memory.
 //
+// With a snapshot store (hostd --snapshot-store) the pause is answered
+// only once the paused state is durable there (`durable`,
+// `durable_manifest`, `durable_at`); a store that fails answers 503
+// `snapshot_store_unavailable`, and the sandbox runs on.
+//
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 func (c *Raw) PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseSandboxRequest(c.Server, id)
@@ -1933,7 +1960,34 @@ func (c *Raw) CreateShareLink(ctx context.Context, id SandboxID, port Port, body
 	return c.Client.Do(req)
 }
 
+// ReleaseSandbox Forget a paused, durable sandbox that moved to another host.
+//
+// Host token or admin. Drops this host's files and records of a paused
+// sandbox whose state is durable in the snapshot store, without
+// deleting the store's refs (another host resumes it from there).
+// A sandbox that is not paused and durable answers 409
+// sandbox_not_durable.
+//
+// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+func (c *Raw) ReleaseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseSandboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ResumeSandbox Bring a paused sandbox back, with its files and processes.
+//
+// With a snapshot store, a sandbox this host does not hold is imported
+// from the store (paused durably on another host), its chunks verified
+// by digest: a chunk that fails, or a snapshot that needs another
+// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+// and nothing of it is kept.
 //
 // Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 func (c *Raw) ResumeSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4396,6 +4450,40 @@ func NewCreateShareLinkRequestWithBody(server string, id SandboxID, port Port, c
 	return req, nil
 }
 
+// NewReleaseSandboxRequest constructs an http.Request for the ReleaseSandbox method
+func NewReleaseSandboxRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/release", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewResumeSandboxRequest constructs an http.Request for the ResumeSandbox method
 func NewResumeSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -5916,6 +6004,11 @@ type ClientWithResponsesInterface interface {
 
 	// PauseSandboxWithResponse Write the sandbox's memory to disk and release the host memory.
 	//
+	// With a snapshot store (hostd --snapshot-store) the pause is answered
+	// only once the paused state is durable there (`durable`,
+	// `durable_manifest`, `durable_at`); a store that fails answers 503
+	// `snapshot_store_unavailable`, and the sandbox runs on.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -5986,7 +6079,26 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/links (the `CreateShareLink` operationId).
 	CreateShareLinkWithResponse(ctx context.Context, id SandboxID, port Port, body CreateShareLinkJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateShareLinkResponse, error)
 
+	// ReleaseSandboxWithResponse Forget a paused, durable sandbox that moved to another host.
+	//
+	// Host token or admin. Drops this host's files and records of a paused
+	// sandbox whose state is durable in the snapshot store, without
+	// deleting the store's refs (another host resumes it from there).
+	// A sandbox that is not paused and durable answers 409
+	// sandbox_not_durable.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+	ReleaseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ReleaseSandboxResponse, error)
+
 	// ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
+	//
+	// With a snapshot store, a sandbox this host does not hold is imported
+	// from the store (paused durably on another host), its chunks verified
+	// by digest: a chunk that fails, or a snapshot that needs another
+	// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+	// and nothing of it is kept.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7968,6 +8080,47 @@ func (r CreateShareLinkResponse) ContentType() string {
 	return ""
 }
 
+type ReleaseSandboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReleaseSandboxResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseSandboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseSandboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseSandboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResumeSandboxResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9579,6 +9732,11 @@ func (c *ClientWithResponses) PatchSandboxNetworkWithResponse(ctx context.Contex
 
 // PauseSandboxWithResponse Write the sandbox's memory to disk and release the host memory.
 //
+// With a snapshot store (hostd --snapshot-store) the pause is answered
+// only once the paused state is durable there (`durable`,
+// `durable_manifest`, `durable_at`); a store that fails answers 503
+// `snapshot_store_unavailable`, and the sandbox runs on.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -9685,7 +9843,32 @@ func (c *ClientWithResponses) CreateShareLinkWithResponse(ctx context.Context, i
 	return ParseCreateShareLinkResponse(rsp)
 }
 
+// ReleaseSandboxWithResponse Forget a paused, durable sandbox that moved to another host.
+//
+// Host token or admin. Drops this host's files and records of a paused
+// sandbox whose state is durable in the snapshot store, without
+// deleting the store's refs (another host resumes it from there).
+// A sandbox that is not paused and durable answers 409
+// sandbox_not_durable.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/release (the `ReleaseSandbox` operationId).
+func (c *ClientWithResponses) ReleaseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ReleaseSandboxResponse, error) {
+	rsp, err := c.ReleaseSandbox(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseSandboxResponse(rsp)
+}
+
 // ResumeSandboxWithResponse Bring a paused sandbox back, with its files and processes.
+//
+// With a snapshot store, a sandbox this host does not hold is imported
+// from the store (paused durably on another host), its chunks verified
+// by digest: a chunk that fails, or a snapshot that needs another
+// kernel, initramfs or base image, answers 422 `snapshot_corrupt`
+// and nothing of it is kept.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11230,6 +11413,35 @@ func ParseCreateShareLinkResponse(rsp *http.Response) (*CreateShareLinkResponse,
 			return nil, err
 		}
 		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReleaseSandboxResponse parses an HTTP response from a ReleaseSandboxWithResponse call
+func ParseReleaseSandboxResponse(rsp *http.Response) (*ReleaseSandboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseSandboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

@@ -26,6 +26,14 @@ func (c *Client) Pause(ctx context.Context, id string) (Sandbox, error) {
 	return sb, err
 }
 
+// Release makes a host forget a paused sandbox that is durable in the
+// snapshot store (it moved): the host's files and records go, the store's
+// refs stay. A sandbox that is not paused and durable is refused (409
+// sandbox_not_durable).
+func (c *Client) Release(ctx context.Context, id string) error {
+	return decode(c.raw.ReleaseSandbox(ctx, id))(http.StatusNoContent, nil)
+}
+
 // Resume brings a paused sandbox back.
 func (c *Client) Resume(ctx context.Context, id string) (Sandbox, error) {
 	var sb Sandbox

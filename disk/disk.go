@@ -202,3 +202,17 @@ func qemuImg(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	return stdout.Bytes(), nil
 }
+
+// Rebase points the qcow2 image at path at backing (a qcow2 image)
+// without touching its data (qemu-img rebase -u): for an image moved to
+// another directory or host, whose backing file moved too.
+func Rebase(ctx context.Context, path, backing string) error {
+	abs, err := filepath.Abs(backing)
+	if err != nil {
+		return err
+	}
+	if _, err := qemuImg(ctx, "rebase", "-u", "-f", "qcow2", "-F", "qcow2", "-b", abs, path); err != nil {
+		return fmt.Errorf("disk: rebase %s onto %s: %w", path, abs, err)
+	}
+	return nil
+}

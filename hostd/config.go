@@ -153,6 +153,9 @@ type Config struct {
 	MountRoots []string
 	// Fleet, with its DB set, makes hostd one host of a fleet (fleet.go).
 	Fleet FleetConfig
+	// SnapshotStore, with its URL set, makes pauses durable in an object
+	// store and lets hostd import sandboxes from it (snapstore.go).
+	SnapshotStore SnapshotStoreConfig
 	// Now, if set, is the clock that service URLs' share links expire by
 	// (tests, which move it instead of waiting); nil is time.Now.
 	Now func() time.Time

@@ -88,7 +88,7 @@ type fleetMember struct {
 	wg     sync.WaitGroup
 }
 
-func startFleet(ctx context.Context, cfg Config, mgr *sandbox.Manager, local *store.Store, addr string, log *slog.Logger) *fleetMember {
+func startFleet(ctx context.Context, cfg Config, mgr *sandbox.Manager, local *store.Store, addr string, log *slog.Logger, durable *fleetDurability) *fleetMember {
 	ctx, cancel := context.WithCancel(ctx)
 	m := &fleetMember{cancel: cancel}
 	f := cfg.Fleet
@@ -102,6 +102,8 @@ func startFleet(ctx context.Context, cfg Config, mgr *sandbox.Manager, local *st
 			return
 		}
 		defer st.Close()
+		durable.set(st)
+		defer durable.set(nil)
 		_ = fleetagent.New(acfg, st, fleetSandboxes{mgr, local}).Run(ctx)
 	}()
 	return m
@@ -202,4 +204,29 @@ type principalAuth interface {
 	Authenticate(r *http.Request) error
 	Principal(r *http.Request) (store.APIKey, error)
 	Check(ctx context.Context, id string) error
+}
+
+// fleetDurability records durable pauses in the fleet's store once the
+// fleet agent opened it (sandbox.Durability); before, and without a
+// fleet, a report is dropped (the gateway records the API's pauses).
+type fleetDurability struct {
+	mu sync.Mutex
+	st *fleetstore.Store
+}
+
+func (d *fleetDurability) set(st *fleetstore.Store) {
+	d.mu.Lock()
+	d.st = st
+	d.mu.Unlock()
+}
+
+// SetDurable records sandboxID's durable manifest in the fleet store.
+func (d *fleetDurability) SetDurable(ctx context.Context, sandboxID, manifest string, at time.Time) error {
+	d.mu.Lock()
+	st := d.st
+	d.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	return st.SetDurable(ctx, sandboxID, manifest, at)
 }

@@ -40,6 +40,11 @@ func childHostd(dir string) {
 	cfg := hostd.Config{Listen: "127.0.0.1:0", DataDir: dir, APIKey: testKey, VMM: "qemu", Accel: "tcg",
 		Kernel: a.Kernel, Initramfs: a.Initramfs, BaseImage: a.BaseImage, Logger: slog.New(slog.NewTextHandler(logf, nil)),
 		LeaveRunning: true, ShutdownTimeout: 2 * time.Second}
+	if u := os.Getenv("CHILD_SNAPSHOT_STORE"); u != "" {
+		// Two of these share one store (portable_e2e_test.go); no warm
+		// pool, to leave the CPUs to the test's VMs.
+		cfg.SnapshotStore.URL, cfg.BasePool = u, -1
+	}
 	err := hostd.RunWithReady(ctx, cfg, func(addr string) {
 		_ = os.WriteFile(filepath.Join(dir, "addr.tmp"), []byte(addr), 0o600)
 		_ = os.Rename(filepath.Join(dir, "addr.tmp"), filepath.Join(dir, "addr"))

@@ -95,6 +95,22 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		BaseSnapshots: cfg.BaseSnapshots != "off", BasePool: max(cfg.BasePool, 0), MaxSandboxes: cfg.Fleet.MaxSandboxes,
 		MemoryOvercommit: cfg.MemoryOvercommit, VCPUOvercommit: cfg.VCPUOvercommit, MemoryReserveMiB: cfg.MemoryReserveMiB,
 	}
+	snapStore, err := openSnapshotStore(cfg.SnapshotStore, cfg.DataDir, cfg)
+	if err != nil {
+		return err
+	}
+	if snapStore != nil {
+		defer snapStore.Close()
+		opts.SnapshotStore, opts.HostName = snapStore, cfg.Fleet.Host
+		if opts.HostName == "" {
+			opts.HostName, _ = os.Hostname()
+		}
+		log.Info("snapshot store: pauses are durable there", "url", cfg.SnapshotStore.URL)
+	}
+	durable := &fleetDurability{}
+	if snapStore != nil && cfg.Fleet.On() {
+		opts.Durability = durable
+	}
 	if err := vmmJail(cfg, drv, log, &opts); err != nil {
 		return err
 	}
@@ -159,7 +175,7 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		u := selfURL(cfg, addr)
 		self.Store(&u)
 		if cfg.Fleet.On() {
-			fleet = startFleet(ctx, cfg, mgr, st, addr, log)
+			fleet = startFleet(ctx, cfg, mgr, st, addr, log, durable)
 		}
 		if ready != nil {
 			ready(addr)

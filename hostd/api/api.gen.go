@@ -133,6 +133,9 @@ type ServerInterface interface {
 	// CreateShareLink Make a signed share link to a port that expires.
 	// (POST /v1/sandboxes/{id}/ports/{port}/links)
 	CreateShareLink(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
+	// ReleaseSandbox Forget a paused, durable sandbox that moved to another host.
+	// (POST /v1/sandboxes/{id}/release)
+	ReleaseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ResumeSandbox Bring a paused sandbox back, with its files and processes.
 	// (POST /v1/sandboxes/{id}/resume)
 	ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -1673,6 +1676,32 @@ func (siw *ServerInterfaceWrapper) CreateShareLink(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ReleaseSandbox operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ResumeSandbox operation middleware
 func (siw *ServerInterfaceWrapper) ResumeSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -2469,6 +2498,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/pause", wrapper.PauseSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/resume", wrapper.ResumeSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/migrate", wrapper.MigrateSandbox)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/release", wrapper.ReleaseSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/timeout", wrapper.ExtendTimeout)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/usage", wrapper.GetUsage)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/metrics", wrapper.GetMetrics)

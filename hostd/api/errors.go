@@ -39,6 +39,8 @@ const (
 	CodeInternal          = "internal"
 	CodeSnapshotInUse     = "snapshot_in_use"
 	CodeSnapshotCorrupt   = "snapshot_corrupt"
+	CodeNotDurable        = "sandbox_not_durable"
+	CodeStoreUnavailable  = "snapshot_store_unavailable"
 	CodeSandboxPaused     = "sandbox_paused"
 	CodeBadImage          = "bad_image"
 	CodeImageTooLarge     = "image_too_large"
@@ -97,6 +99,7 @@ var statusRules = []struct {
 	{sandbox.ErrNotFound, http.StatusNotFound, CodeSandboxNotFound},
 	{sandbox.ErrInUse, http.StatusConflict, CodeSnapshotInUse},
 	{sandbox.ErrCorrupt, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
+	{sandbox.ErrIncompatible, http.StatusUnprocessableEntity, CodeSnapshotCorrupt},
 	{sandbox.ErrPaused, http.StatusConflict, CodeSandboxPaused},
 	{sandbox.ErrDeleted, http.StatusConflict, CodeSandboxDeleted},
 	{sandbox.ErrNotRunning, http.StatusConflict, CodeSandboxNotRunning},
@@ -107,6 +110,8 @@ var statusRules = []struct {
 	{sandbox.ErrNoProbe, http.StatusUnprocessableEntity, CodeNoProbe},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, CodeHostCapacity},
+	{sandbox.ErrNotDurable, http.StatusConflict, CodeNotDurable},
+	{sandbox.ErrStoreUnavailable, http.StatusServiceUnavailable, CodeStoreUnavailable},
 	{sandbox.ErrExecStart, http.StatusUnprocessableEntity, CodeExecFailed},
 	{oci.ErrBadRef, http.StatusBadRequest, CodeInvalidRequest},
 	{oci.ErrPlainHTTP, http.StatusBadRequest, CodeInvalidRequest},

@@ -155,6 +155,10 @@ func toSandbox(info sandbox.Info) Sandbox {
 		SnapshotID: info.SnapshotID,
 		Limits:     toLimits(info.Limits),
 		Deadline:   deadline(info.Deadline),
+
+		Durable:         info.Durable,
+		DurableManifest: info.DurableManifest,
+		DurableAt:       deadline(info.DurableAt),
 	}
 }
 

@@ -16,6 +16,9 @@ type SnapshotManager interface {
 	Fork(ctx context.Context, id string, opts sandbox.ForkOptions) ([]sandbox.Info, error)
 	Pause(ctx context.Context, id string) (sandbox.Info, error)
 	Resume(ctx context.Context, id string) (sandbox.Info, error)
+	// ReleaseSandbox forgets a paused sandbox that is durable in the snapshot
+	// store (it moved to another host) without touching the store.
+	ReleaseSandbox(ctx context.Context, id string) error
 	GetSnapshot(ctx context.Context, id string) (sandbox.SnapshotInfo, error)
 	ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error)
 	DeleteSnapshot(ctx context.Context, id string) error
@@ -85,6 +88,22 @@ func (s *server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id Sandbo
 	}
 	defer release()
 	s.sandboxResult(w, r)(s.m.Resume(r.Context(), id))
+}
+
+// ReleaseSandbox is for the fleet (host token) or an admin: the gateway
+// calls it on a migrated sandbox's old host.
+func (s *server) ReleaseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID) {
+	// Without tenancy the one key (or the fleet's host token) is the
+	// operator's; with it, only an admin may.
+	if s.tenancy != nil && !isAdmin(r.Context()) {
+		s.writeError(w, r, forbidden("only an admin key or the fleet may release a sandbox"))
+		return
+	}
+	if err := s.m.ReleaseSandbox(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *server) sandboxResult(w http.ResponseWriter, r *http.Request) func(sandbox.Info, error) {

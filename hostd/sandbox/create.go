@@ -112,6 +112,9 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 	id := opts.Snapshot
 	if opts.Template != "" {
 		t, err := m.opts.Store.GetTemplate(ctx, opts.Template)
+		if errors.Is(err, store.ErrNotFound) && m.port != nil {
+			t, err = m.importTemplate(ctx, opts.Template) // made on another host
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s", ErrTemplateNotFound, opts.Template)
 		}
@@ -124,6 +127,11 @@ func (m *Manager) source(ctx context.Context, opts *CreateOptions) (*store.Snaps
 		return nil, nil
 	}
 	sn, err := m.snaps.HoldSnapshot(ctx, id)
+	if errors.Is(err, store.ErrNotFound) && m.port != nil {
+		if err = m.importSnapshotByID(ctx, id); err == nil { // taken on another host
+			sn, err = m.snaps.HoldSnapshot(ctx, id)
+		}
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}

@@ -31,6 +31,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (Info, error) {
 	err = m.savePaused(ctx, b, dir)
 	if err != nil {
 		os.RemoveAll(dir)
+		_ = os.Remove(filepath.Join(b.dir, durableFile))
 		_ = m.setState(context.WithoutCancel(ctx), id, StateRunning, "", b.vm.PID())
 		_ = b.vm.Resume(context.WithoutCancel(ctx))
 		return Info{}, fmt.Errorf("sandbox: pause %s: %w", id, err)
@@ -65,6 +66,23 @@ func (m *Manager) savePaused(ctx context.Context, b *runningVM, dir string) erro
 	if err := snapshot.SavePaused(ctx, b.vm, c, dir); err != nil {
 		return err
 	}
+	_ = os.Remove(filepath.Join(b.dir, durableFile))
+	if m.port != nil {
+		// Durable before it is answered: a store that fails fails the
+		// pause, and the VM resumes (Pause).
+		d, err := m.exportPaused(ctx, b, dir)
+		if err != nil {
+			return err
+		}
+		if err := writeDurable(b.dir, d); err != nil {
+			return err
+		}
+		if m.opts.Durability != nil {
+			if err := m.opts.Durability.SetDurable(ctx, b.id, d.Manifest, d.At); err != nil {
+				m.log.Warn("durable pause not recorded in the fleet", "sandbox_id", b.id, "err", err)
+			}
+		}
+	}
 	return m.opts.Store.PutSandboxVM(ctx, store.SandboxVM{ID: b.id, SnapshotID: b.snapshotID, Overlay: b.overlay, PauseDir: dir, Cwd: b.cwd, User: b.user})
 }
 
@@ -72,6 +90,13 @@ func (m *Manager) savePaused(ctx context.Context, b *runningVM, dir string) erro
 // processes, a fresh clock and entropy.
 func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) && m.port != nil {
+		// Paused on another host: import it from the snapshot store.
+		if err = m.importSandbox(ctx, id); err != nil {
+			return Info{}, err
+		}
+		rec, err = m.opts.Store.GetSandbox(ctx, id)
+	}
 	if err != nil {
 		return Info{}, notFound(err, id)
 	}
@@ -93,6 +118,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 	if err := m.setState(ctx, id, StateResuming, "", 0); err != nil {
 		return Info{}, err
 	}
+	dur, wasDurable := readDurable(rec.Dir)
 	b := m.newBox(ctx, rec)
 	b.overlay, b.snapshotID, b.cwd, b.user = v.Overlay, v.SnapshotID, v.Cwd, v.User
 	b.disks = countOverlays(rec.Dir)
@@ -128,6 +154,9 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 		}
 		b.removeCgroup()
 		_ = m.opts.Store.PutSandboxVM(context.WithoutCancel(ctx), v)
+		if wasDurable {
+			_ = writeDurable(rec.Dir, dur)
+		}
 		_ = m.setState(context.WithoutCancel(ctx), id, StatePaused, "", 0)
 		return Info{}, fmt.Errorf("sandbox: resume %s: %w", id, err)
 	}
@@ -144,6 +173,9 @@ func (m *Manager) Resume(ctx context.Context, id string) (Info, error) {
 
 // forgetPaused records sandbox VM v without its paused state.
 func (m *Manager) forgetPaused(ctx context.Context, v store.SandboxVM) error {
+	if rec, err := m.opts.Store.GetSandbox(ctx, v.ID); err == nil {
+		_ = os.Remove(filepath.Join(rec.Dir, durableFile)) // it runs: no longer what the store holds
+	}
 	v.PauseDir = ""
 	return m.opts.Store.PutSandboxVM(ctx, v)
 }
@@ -166,4 +198,18 @@ func snapshotNotFound(err error, id string) error {
 		return fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
 	}
 	return err
+}
+
+// ReleaseSandbox forgets a paused sandbox whose state is durable in the snapshot
+// store, after it moved to another host: its local files and records go,
+// the store's refs and manifests stay.
+func (m *Manager) ReleaseSandbox(ctx context.Context, id string) error {
+	info, err := m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if info.State != StatePaused || !info.Durable {
+		return fmt.Errorf("%w: sandbox %s is %s", ErrNotDurable, id, info.State)
+	}
+	return m.delete(ctx, id, false)
 }

@@ -94,6 +94,22 @@ type Options struct {
 	// MaxSandboxes caps the sandboxes the host holds at once (0: none; a
 	// fleet host's --fleet-max-sandboxes).
 	MaxSandboxes int
+	// SnapshotStore, if set, makes every pause durable there (a pause is
+	// answered once its state is exported; portable.go), and a resume of a
+	// sandbox this host does not hold imports it from there. HostName names
+	// this host in the store's refs.
+	SnapshotStore SnapshotStore
+	HostName      string
+	// Durability, if set, is told of every durable pause (a fleet host's
+	// fleet store: an idle or TTL pause is recorded there as the API's
+	// pauses are by the gateway).
+	Durability Durability
+}
+
+// Durability records that a sandbox's paused state is durable
+// (fleet/store.Store.SetDurable).
+type Durability interface {
+	SetDurable(ctx context.Context, sandboxID, manifest string, at time.Time) error
 }
 
 // Validate checks the options.
@@ -144,6 +160,8 @@ type Manager struct {
 	capacity *capacity
 	// jail hands out the VMMs' users (jail.go).
 	jail *vmmJail
+	// port is the snapshot store's side (portable.go; nil without one).
+	port *portable
 
 	// bgMu guards closed and the adding to bg: Close waits for bg, the
 	// goroutines of background work (watchers, pool refills, timers).
@@ -220,6 +238,9 @@ func New(opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: opts, log: opts.Logger, snaps: snaps, jail: jl}
+	if opts.SnapshotStore != nil {
+		m.port = &portable{st: opts.SnapshotStore, host: opts.HostName}
+	}
 	m.warm = warmPools{pools: &m.pools, store: opts.Store, nets: &m.nets, reg: &m.reg, vms: m, log: opts.Logger, spawn: m.spawn,
 		closing: m.closing, dataDir: opts.DataDir, bootTimeout: opts.BootTimeout, summary: opts.Recorder != nil}
 	m.bases = snapshot.NewBaseCatalog(basesConfig(opts), opts.Store, snaps, opts.Logger)
@@ -295,6 +316,12 @@ func removeDir(dir string, log *slog.Logger) {
 // Delete stops a sandbox and removes everything it owned. Running execs end
 // with ErrDeleted.
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	return m.delete(ctx, id, true)
+}
+
+// delete is Delete; without forget, the sandbox's objects in the snapshot
+// store stay (a release: the sandbox lives on on another host).
+func (m *Manager) delete(ctx context.Context, id string, forget bool) error {
 	rec, err := m.opts.Store.GetSandbox(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -325,6 +352,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	m.nets.forget(context.WithoutCancel(ctx), id)
+	if forget {
+		m.forgetStored(ctx, id)
+	}
 	m.rec.lifecycle(ctx, id, recorder.LifecycleData{Action: recorder.ActionState, State: string(StateDeleted)})
 	m.snaps.Collect(ctx)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
@@ -340,7 +370,7 @@ func (m *Manager) Get(ctx context.Context, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	info := m.withLimits(ctx, infoOf(rec))
+	info := withDurable(m.withLimits(ctx, infoOf(rec)), rec.Dir)
 	info.SnapshotID = m.snapshotOf(ctx, id)
 	return info, nil
 }
@@ -353,7 +383,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	}
 	out := make([]Info, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, m.withLimits(ctx, infoOf(r)))
+		out = append(out, withDurable(m.withLimits(ctx, infoOf(r)), r.Dir))
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -131,7 +132,7 @@ func (r *reaper) orphanDirs(ctx context.Context) []string {
 	owned := r.owned()
 	var out []string
 	for _, e := range ents {
-		if owned[e.Name()] {
+		if owned[e.Name()] || importing(e) {
 			continue
 		}
 		if _, err := r.store.GetSandbox(ctx, e.Name()); err != nil && errors.Is(err, store.ErrNotFound) {
@@ -237,4 +238,15 @@ func (r *reaper) reapDir(id string) {
 		r.killVM(id, dir)
 		removeDir(dir, r.log)
 	}
+}
+
+// importing reports whether e is the temporary directory of an import
+// from the snapshot store that may still run (portimport.go); one older
+// than an hour is a crashed import's, reaped as an orphan.
+func importing(e os.DirEntry) bool {
+	if !strings.HasPrefix(e.Name(), ".import-") {
+		return false
+	}
+	fi, err := e.Info()
+	return err == nil && time.Since(fi.ModTime()) < time.Hour
 }

@@ -47,6 +47,6 @@ func (m *Manager) Service() Service {
 	return Service{Manager: m,
 		Execs:     &Execs{boxes: m, rec: &m.rec, timeouts: m.timeouts, metrics: m.opts.Metrics},
 		Files:     &Files{boxes: m, rec: &m.rec},
-		Templates: &Templates{snaps: m.snaps, store: m.opts.Store, pools: &m.pools, warm: &m.warm},
+		Templates: &Templates{snaps: m.snaps, store: m.opts.Store, pools: &m.pools, warm: &m.warm, export: m.templateExport()},
 		Snapshots: &Snapshots{snaps: m.snaps}}
 }

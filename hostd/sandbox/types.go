@@ -91,6 +91,12 @@ var (
 	// ErrAgentLost is returned when the guest agent's connection closed
 	// while its VM runs on (the guest killed or replaced the agent).
 	ErrAgentLost = errors.New("sandbox: the guest agent's connection closed")
+	// ErrNotDurable refuses a release of a sandbox that is not paused and
+	// durable in the snapshot store: releasing it would lose it.
+	ErrNotDurable = errors.New("sandbox: not paused and durable in the snapshot store")
+	// ErrStoreUnavailable is a snapshot store that cannot be reached: a
+	// pause fails (the sandbox runs on) or a resume cannot fetch.
+	ErrStoreUnavailable = errors.New("sandbox: snapshot store unavailable")
 )
 
 // State is a sandbox's lifecycle state.
@@ -176,6 +182,12 @@ type Info struct {
 	// timeout ends (zero without one).
 	Limits   Limits
 	Deadline time.Time
+	// Durable says its paused state is in the snapshot store (a hostd with
+	// --snapshot-store): DurableManifest is the manifest a resume returns
+	// to, DurableAt when it became durable.
+	Durable         bool
+	DurableManifest string
+	DurableAt       time.Time
 }
 
 // ForkOptions are the choices of a fork.

@@ -326,6 +326,9 @@ type Templates struct {
 	store templateStore
 	pools *poolRegistry
 	warm  *warmPools
+	// export, if set, makes a new template's snapshot durable in the
+	// snapshot store under refs/templates/<name> (portable.go).
+	export func(ctx context.Context, name, snapshotID string) error
 }
 
 // templateStore is the persistence of templates.
@@ -349,6 +352,11 @@ func (tm *Templates) CreateTemplate(ctx context.Context, name, snapshotID string
 		return TemplateInfo{}, snapshotNotFound(err, snapshotID)
 	}
 	defer tm.snaps.Release(snapshotID)
+	if tm.export != nil {
+		if err := tm.export(ctx, name, snapshotID); err != nil {
+			return TemplateInfo{}, fmt.Errorf("sandbox: template %s: %w", name, err)
+		}
+	}
 	t := store.Template{Name: name, SnapshotID: snapshotID, PoolSize: poolSize, CreatedAt: time.Now().UTC()}
 	if err := tm.store.PutTemplate(ctx, t); err != nil {
 		return TemplateInfo{}, err

@@ -20,6 +20,9 @@ import (
 // (Options.SnapshotStore).
 const StoreBucket = "agentbox-fleet"
 
+// storePrefix is the prefix of the store's keys in StoreBucket.
+const storePrefix = "fleet"
+
 // bucket is the fleet's snapshot store: an s3test server (on loopback)
 // and, in front of it on the bridge address so the hosts' namespaces
 // reach it, a proxy that counts GETs and can play an outage.
@@ -65,12 +68,13 @@ func startBucket(ip string) (*bucket, error) {
 	return b, nil
 }
 
-// count records a GET of /bucket/kind/... under kind.
+// count records a GET of /bucket/fleet/kind/... (the store URL's prefix
+// is "fleet") under kind.
 func (b *bucket) count(path string) {
-	parts := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 3)
+	parts := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 4)
 	kind := ""
-	if len(parts) >= 2 {
-		kind = parts[1]
+	if len(parts) >= 3 && parts[1] == storePrefix {
+		kind = parts[2]
 	}
 	b.mu.Lock()
 	b.gets[kind]++
@@ -92,7 +96,7 @@ func (f *Fleet) StoreURL() string {
 	if f.bucket == nil {
 		return ""
 	}
-	return fmt.Sprintf("s3://%s/fleet?endpoint=http://%s&region=us-east-1", StoreBucket, f.bucket.l.Addr())
+	return fmt.Sprintf("s3://%s/%s?endpoint=http://%s&region=us-east-1", StoreBucket, storePrefix, f.bucket.l.Addr())
 }
 
 // Store is the snapshot store's server (to read, change or flip objects).

@@ -86,6 +86,12 @@ func Flags() []cli.Flag {
 			Sources: cli.EnvVars("AGENTBOX_FLEET_LEASE_TTL")},
 		&cli.IntFlag{Name: "fleet-max-sandboxes", Usage: "the most sandboxes this host holds at once, reported to the fleet (0: no cap)",
 			Sources: cli.EnvVars("AGENTBOX_FLEET_MAX_SANDBOXES")},
+		&cli.StringFlag{Name: "snapshot-store", Usage: "make pauses durable in, and import sandboxes from, this S3-compatible `URL` (s3://bucket/prefix?endpoint=http://host:port&region=R)",
+			Sources: cli.EnvVars("AGENTBOX_SNAPSHOT_STORE")},
+		&cli.StringFlag{Name: "snapshot-store-credentials", Usage: "`FILE` with the snapshot store's access and secret key (two lines, or AWS_ACCESS_KEY_ID=/AWS_SECRET_ACCESS_KEY= lines; default: those environment variables)",
+			Sources: cli.EnvVars("AGENTBOX_SNAPSHOT_STORE_CREDENTIALS")},
+		&cli.StringFlag{Name: "chunk-cache", Usage: "local cache `DIR` of the snapshot store's chunks (default DATA_DIR/chunks)", Sources: cli.EnvVars("AGENTBOX_CHUNK_CACHE")},
+		&cli.Int64Flag{Name: "chunk-cache-bytes", Usage: "bound of the chunk cache in bytes (0: the default, 4 GiB)", Sources: cli.EnvVars("AGENTBOX_CHUNK_CACHE_BYTES")},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 10 * time.Second, Usage: "on SIGTERM, how long requests in flight may finish before they are cut",
 			Sources: cli.EnvVars("AGENTBOX_SHUTDOWN_TIMEOUT")},
 	}
@@ -158,6 +164,8 @@ func Config(cmd *cli.Command, logw io.Writer) (hostd.Config, error) {
 		MemoryReserveMiB: cmd.Int("memory-reserve-mib"),
 		ShutdownTimeout:  cmd.Duration("shutdown-timeout"),
 		Builds:           templateBuilds,
+		SnapshotStore: hostd.SnapshotStoreConfig{URL: cmd.String("snapshot-store"), CredentialsFile: cmd.String("snapshot-store-credentials"),
+			CacheDir: cmd.String("chunk-cache"), CacheBytes: cmd.Int64("chunk-cache-bytes")},
 	}
 	if err := fleetConfig(cmd, &cfg); err != nil {
 		return hostd.Config{}, err

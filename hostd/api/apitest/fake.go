@@ -442,6 +442,22 @@ func (f *Manager) Resume(ctx context.Context, id string) (sandbox.Info, error) {
 	return f.setState(id, sandbox.StateRunning)
 }
 
+// ReleaseSandbox forgets a paused, durable sandbox; the fake has no
+// snapshot store, so it refuses unless a test marked the sandbox durable.
+func (f *Manager) ReleaseSandbox(ctx context.Context, id string) error {
+	info, err := f.lookup(id)
+	if err != nil {
+		return err
+	}
+	if info.State != sandbox.StatePaused || !info.Durable {
+		return fmt.Errorf("%w: sandbox %s", sandbox.ErrNotDurable, id)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sandboxes, id)
+	return nil
+}
+
 func (f *Manager) setState(id string, st sandbox.State) (sandbox.Info, error) {
 	info, err := f.lookup(id)
 	if err != nil {

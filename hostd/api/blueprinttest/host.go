@@ -291,3 +291,9 @@ func (h *Host) DeleteTemplate(ctx context.Context, name string) error {
 	delete(h.templates, name)
 	return nil
 }
+
+// ReleaseSandbox refuses: the stand-in host has no snapshot store, so no
+// sandbox of it is durable.
+func (h *Host) ReleaseSandbox(ctx context.Context, id string) error {
+	return fmt.Errorf("%w: sandbox %s", sandbox.ErrNotDurable, id)
+}

@@ -10,7 +10,9 @@ import { reachable } from "./reachable.js";
 const spec = readFileSync(fileURLToPath(new URL("../../../../hostd/api/openapi.yaml", import.meta.url)), "utf8");
 
 // operationId -> why the SDK does not offer it.
-const leftOut: Record<string, string> = {};
+const leftOut: Record<string, string> = {
+  releaseSandbox: "a fleet control plane's call to the host a sandbox moved from (host token or admin), not an agent's",
+};
 
 test("every operationId is reachable or left out with a reason", () => {
   const ops = new Set([...spec.matchAll(/^\s+operationId:\s*(\w+)\s*$/gm)].map((m) => m[1]));
