@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"syscall"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // checked (clean, relative, "." for the root).
 type backend interface {
 	Lstat(p string) (*agentv1.MountAttr, error)
-	ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error)
+	// ReadDir returns up to max entries after the first offset, each with
+	// its attributes when plus is set (nil where they could not be read).
+	ReadDir(p string, offset, max int, plus bool) ([]*agentv1.MountDirEntry, bool, error)
 	ReadAt(p string, buf []byte, off int64) (int, error)
 	WriteAt(p string, data []byte, off int64) (int, error)
 	Create(p string, perm fs.FileMode, excl bool) error
@@ -98,7 +101,23 @@ func typeBits(m fs.FileMode) uint32 {
 
 // ReadDir returns up to max entries after the first offset, reading the
 // directory in chunks so that memory stays bounded whatever its size.
-func (h *hostDir) ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
+func (h *hostDir) ReadDir(p string, offset, max int, plus bool) ([]*agentv1.MountDirEntry, bool, error) {
+	out, eof, err := h.readDir(p, offset, max)
+	if err != nil || !plus {
+		return out, eof, err
+	}
+	for _, e := range out {
+		// Through the root, as every other path: an entry that is gone
+		// (or swapped for a link out) since the listing has no attributes,
+		// and the guest looks it up.
+		if fi, err := h.root.Lstat(path.Join(p, e.Name)); err == nil {
+			e.Attr = attrOf(fi)
+		}
+	}
+	return out, eof, nil
+}
+
+func (h *hostDir) readDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
 	f, err := h.root.Open(p)
 	if err != nil {
 		return nil, false, err
