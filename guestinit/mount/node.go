@@ -11,7 +11,6 @@ import (
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
-
 // node is a file or directory of a mount, named by its path from the root.
 // It keeps no host state: every operation names the path, so a new host
 // connection serves it as well as the old one.
@@ -21,22 +20,22 @@ type node struct {
 }
 
 var (
-	_ fs.NodeLookuper   = (*node)(nil)
-	_ fs.NodeGetattrer  = (*node)(nil)
-	_ fs.NodeSetattrer  = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
 	_ fs.NodeOpendirHandler = (*node)(nil)
-	_ fs.NodeOpener     = (*node)(nil)
-	_ fs.NodeReader     = (*node)(nil)
-	_ fs.NodeWriter     = (*node)(nil)
-	_ fs.NodeFlusher    = (*node)(nil)
-	_ fs.NodeFsyncer    = (*node)(nil)
-	_ fs.NodeCreater    = (*node)(nil)
-	_ fs.NodeMkdirer    = (*node)(nil)
-	_ fs.NodeSymlinker  = (*node)(nil)
-	_ fs.NodeReadlinker = (*node)(nil)
-	_ fs.NodeUnlinker   = (*node)(nil)
-	_ fs.NodeRmdirer    = (*node)(nil)
-	_ fs.NodeRenamer    = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeReader         = (*node)(nil)
+	_ fs.NodeWriter         = (*node)(nil)
+	_ fs.NodeFlusher        = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
 )
 
 // rel is n's path relative to the mount's root ("" for the root).
