@@ -23,9 +23,18 @@ type dirHandle struct {
 	n *node
 
 	mu     sync.Mutex
-	list   []*agentv1.MountDirEntry
+	list   []dirEntry
 	loaded bool
 	pos    int // the next entry's index
+}
+
+// dirEntry is one listed entry, kept compact (a listing may hold
+// maxDirEntries): attr is nil where the host sent no attributes.
+type dirEntry struct {
+	name string
+	mode uint32 // type bits
+	ino  uint64
+	attr *agentv1.MountAttr
 }
 
 var (
@@ -50,11 +59,13 @@ func (d *dirHandle) load(ctx context.Context) syscall.Errno {
 	if d.loaded {
 		return 0
 	}
-	var list []*agentv1.MountDirEntry
+	var list []dirEntry
 	for eof := false; !eof; {
 		errno := d.n.call(ctx, func(ctx context.Context, c agentv1.MountsService, id string) (int32, error) {
 			r, err := c.ReadDir(ctx, &agentv1.MountReadDirRequest{Mount: id, Path: d.n.rel(), Offset: uint64(len(list)), Plus: true})
-			list = append(list, r.GetEntries()...)
+			for _, e := range r.GetEntries() {
+				list = append(list, dirEntry{name: e.Name, mode: e.Mode, ino: e.Ino, attr: e.Attr})
+			}
 			eof = r.GetEof() || len(r.GetEntries()) == 0 || len(list) >= maxDirEntries
 			return r.GetErrno(), err
 		})
@@ -77,7 +88,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	}
 	e := d.list[d.pos]
 	d.pos++
-	return &fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino, Off: uint64(d.pos)}, 0
+	return &fuse.DirEntry{Name: e.name, Mode: e.mode, Ino: e.ino, Off: uint64(d.pos)}, 0
 }
 
 // Seekdir goes back to an offset that Readdirent gave (the index after the
@@ -97,15 +108,18 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 // read them) is looked up.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	d.mu.Lock()
-	var e *agentv1.MountDirEntry
-	if d.pos > 0 && d.pos <= len(d.list) && d.list[d.pos-1].Name == name {
-		e = d.list[d.pos-1]
+	var a *agentv1.MountAttr
+	if d.pos > 0 && d.pos <= len(d.list) && d.list[d.pos-1].name == name {
+		e := d.list[d.pos-1]
+		if e.attr != nil && e.attr.Mode&syscall.S_IFMT == e.mode&syscall.S_IFMT {
+			a = e.attr
+		}
 	}
 	d.mu.Unlock()
-	if e == nil || e.Attr == nil || e.Attr.Mode&syscall.S_IFMT != e.Mode&syscall.S_IFMT {
+	if a == nil {
 		return d.n.Lookup(ctx, name, out)
 	}
-	return d.n.newChild(ctx, e.Attr, out), 0
+	return d.n.newChild(ctx, a, out), 0
 }
 
 func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {}

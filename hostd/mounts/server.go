@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"google.golang.org/protobuf/proto"
+
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -18,10 +20,11 @@ const (
 	// MaxIO is the most bytes one Read or Write moves; the guest's FUSE
 	// filesystem uses the same size, and bigger files move in chunks.
 	MaxIO = 1 << 20
-	// maxDirPage is the most entries one ReadDir returns: with their
-	// attributes and names of 255 bytes, about 1.3 MB, in ttrpc's 4 MiB.
-	maxDirPage = 4096
-	maxPath    = 4096
+	// maxDirPage is the most entries one ReadDir returns, and maxDirBytes
+	// the most bytes they take (well within ttrpc's 4 MiB message).
+	maxDirPage  = 16384
+	maxDirBytes = 2 << 20
+	maxPath     = 4096
 	// concurrency is how many calls of one sandbox run at once; the rest
 	// wait, so a guest that floods its mounts slows only itself.
 	concurrency = 4
@@ -186,6 +189,13 @@ func (s *service) ReadDir(ctx context.Context, req *agentv1.MountReadDirRequest)
 			return syscall.EINVAL
 		}
 		out.Entries, out.Eof, err = b.ReadDir(p, int(req.Offset), maxDirPage, req.Plus)
+		size := 0
+		for i, e := range out.Entries {
+			if size += proto.Size(e) + 8; size > maxDirBytes {
+				out.Entries, out.Eof = out.Entries[:i], false
+				break
+			}
+		}
 		stats.dirEntries.Add(uint64(len(out.Entries)))
 		return err
 	})
