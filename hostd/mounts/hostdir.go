@@ -6,9 +6,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
@@ -102,27 +103,40 @@ func typeBits(m fs.FileMode) uint32 {
 // ReadDir returns up to max entries after the first offset, reading the
 // directory in chunks so that memory stays bounded whatever its size.
 func (h *hostDir) ReadDir(p string, offset, max int, plus bool) ([]*agentv1.MountDirEntry, bool, error) {
-	out, eof, err := h.readDir(p, offset, max)
-	if err != nil || !plus {
-		return out, eof, err
-	}
-	for _, e := range out {
-		// Through the root, as every other path: an entry that is gone
-		// (or swapped for a link out) since the listing has no attributes,
-		// and the guest looks it up.
-		if fi, err := h.root.Lstat(path.Join(p, e.Name)); err == nil {
-			e.Attr = attrOf(fi)
-		}
-	}
-	return out, eof, nil
-}
-
-func (h *hostDir) readDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
 	f, err := h.root.Open(p)
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
+	out, eof, err := readDir(f, offset, max)
+	if err != nil || !plus {
+		return out, eof, err
+	}
+	// Each entry's attributes relative to the open directory (one
+	// fstatat, no path walked again): an entry gone since the listing has
+	// none, and the guest looks it up.
+	fd := int(f.Fd())
+	for _, e := range out {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, e.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			e.Attr = statAttr(&st)
+		}
+	}
+	return out, eof, nil
+}
+
+// statAttr converts an fstatat result as attrOf does a FileInfo.
+func statAttr(st *unix.Stat_t) *agentv1.MountAttr {
+	a := &agentv1.MountAttr{Ino: st.Ino, Mode: st.Mode, Size: uint64(st.Size), MtimeNs: st.Mtim.Nano(), Nlink: uint32(st.Nlink)}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		a.Nlink = 1 // as attrOf
+	}
+	return a
+}
+
+// readDir lists up to max entries of the open directory f after the first
+// offset.
+func readDir(f *os.File, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
 	var out []*agentv1.MountDirEntry
 	seen := 0
 	for len(out) < max {
