@@ -11,9 +11,6 @@ import (
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
-// maxDirEntries bounds the listing of one directory that the guest holds.
-const maxDirEntries = 1 << 20
-
 // node is a file or directory of a mount, named by its path from the root.
 // It keeps no host state: every operation names the path, so a new host
 // connection serves it as well as the old one.
@@ -23,22 +20,22 @@ type node struct {
 }
 
 var (
-	_ fs.NodeLookuper   = (*node)(nil)
-	_ fs.NodeGetattrer  = (*node)(nil)
-	_ fs.NodeSetattrer  = (*node)(nil)
-	_ fs.NodeReaddirer  = (*node)(nil)
-	_ fs.NodeOpener     = (*node)(nil)
-	_ fs.NodeReader     = (*node)(nil)
-	_ fs.NodeWriter     = (*node)(nil)
-	_ fs.NodeFlusher    = (*node)(nil)
-	_ fs.NodeFsyncer    = (*node)(nil)
-	_ fs.NodeCreater    = (*node)(nil)
-	_ fs.NodeMkdirer    = (*node)(nil)
-	_ fs.NodeSymlinker  = (*node)(nil)
-	_ fs.NodeReadlinker = (*node)(nil)
-	_ fs.NodeUnlinker   = (*node)(nil)
-	_ fs.NodeRmdirer    = (*node)(nil)
-	_ fs.NodeRenamer    = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeReader         = (*node)(nil)
+	_ fs.NodeWriter         = (*node)(nil)
+	_ fs.NodeFlusher        = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
 )
 
 // rel is n's path relative to the mount's root ("" for the root).
@@ -63,6 +60,7 @@ func fill(a *agentv1.MountAttr, out *fuse.Attr) {
 	}
 	out.Ino, out.Mode, out.Size, out.Nlink = a.Ino, a.Mode, a.Size, a.Nlink
 	out.Blocks = (a.Size + 511) / 512
+	out.Blksize = ioSize // programs size their buffers by it (cp, cat)
 	sec, nsec := uint64(a.MtimeNs/1e9), uint32(a.MtimeNs%1e9)
 	out.Mtime, out.Mtimensec = sec, nsec
 	out.Ctime, out.Ctimensec = sec, nsec
@@ -120,28 +118,14 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	})
 }
 
-// Readdir fetches the whole listing in pages (bounded by maxDirEntries).
-func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	var list []fuse.DirEntry
-	for eof := false; !eof; {
-		errno := n.call(ctx, func(ctx context.Context, c agentv1.MountsService, id string) (int32, error) {
-			r, err := c.ReadDir(ctx, &agentv1.MountReadDirRequest{Mount: id, Path: n.rel(), Offset: uint64(len(list))})
-			for _, e := range r.GetEntries() {
-				list = append(list, fuse.DirEntry{Name: e.Name, Mode: e.Mode, Ino: e.Ino})
-			}
-			eof = r.GetEof() || len(r.GetEntries()) == 0 || len(list) >= maxDirEntries
-			return r.GetErrno(), err
-		})
-		if errno != 0 {
-			return nil, errno
-		}
-	}
-	return fs.NewListDirStream(list), 0
-}
-
-// Open keeps no handle: reads and writes name the path. FOPEN_KEEP_CACHE is
-// not set, so each open sees what the host has now.
+// Open keeps no handle: reads and writes name the path. On a read-write
+// mount FOPEN_KEEP_CACHE is not set, so each open sees what the host has
+// now; a read-only mount keeps the file's cached data (until its attributes,
+// refreshed after roCacheTimeout, show another size or time).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.m.readOnly {
+		return nil, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	return nil, 0, 0
 }
 

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
 
@@ -16,7 +18,9 @@ import (
 // checked (clean, relative, "." for the root).
 type backend interface {
 	Lstat(p string) (*agentv1.MountAttr, error)
-	ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error)
+	// ReadDir returns up to max entries after the first offset, each with
+	// its attributes when plus is set (nil where they could not be read).
+	ReadDir(p string, offset, max int, plus bool) ([]*agentv1.MountDirEntry, bool, error)
 	ReadAt(p string, buf []byte, off int64) (int, error)
 	WriteAt(p string, data []byte, off int64) (int, error)
 	Create(p string, perm fs.FileMode, excl bool) error
@@ -98,12 +102,41 @@ func typeBits(m fs.FileMode) uint32 {
 
 // ReadDir returns up to max entries after the first offset, reading the
 // directory in chunks so that memory stays bounded whatever its size.
-func (h *hostDir) ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
+func (h *hostDir) ReadDir(p string, offset, max int, plus bool) ([]*agentv1.MountDirEntry, bool, error) {
 	f, err := h.root.Open(p)
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
+	out, eof, err := readDir(f, offset, max)
+	if err != nil || !plus {
+		return out, eof, err
+	}
+	// Each entry's attributes relative to the open directory (one
+	// fstatat, no path walked again): an entry gone since the listing has
+	// none, and the guest looks it up.
+	fd := int(f.Fd())
+	for _, e := range out {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, e.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			e.Attr = statAttr(&st)
+		}
+	}
+	return out, eof, nil
+}
+
+// statAttr converts an fstatat result as attrOf does a FileInfo.
+func statAttr(st *unix.Stat_t) *agentv1.MountAttr {
+	a := &agentv1.MountAttr{Ino: st.Ino, Mode: st.Mode, Size: uint64(st.Size), MtimeNs: st.Mtim.Nano(), Nlink: uint32(st.Nlink)}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		a.Nlink = 1 // as attrOf
+	}
+	return a
+}
+
+// readDir lists up to max entries of the open directory f after the first
+// offset.
+func readDir(f *os.File, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
 	var out []*agentv1.MountDirEntry
 	seen := 0
 	for len(out) < max {

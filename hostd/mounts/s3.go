@@ -195,8 +195,9 @@ func (s *s3Bucket) Lstat(p string) (*agentv1.MountAttr, error) {
 
 // ReadDir lists one level (delimiter "/"): objects are files, common
 // prefixes directories. The listing streams in the client's pages and
-// stops once offset+max entries are seen.
-func (s *s3Bucket) ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry, bool, error) {
+// stops once offset+max entries are seen. With plus, a file's attributes
+// are the listing's (or its pending write's), a directory's the fixed ones.
+func (s *s3Bucket) ReadDir(p string, offset, max int, plus bool) ([]*agentv1.MountDirEntry, bool, error) {
 	ctx, cancel := s.call()
 	defer cancel()
 	dir := s.dirKey(p)
@@ -229,9 +230,28 @@ func (s *s3Bucket) ReadDir(p string, offset, max int) ([]*agentv1.MountDirEntry,
 		if len(out) == max {
 			return out, false, nil
 		}
-		out = append(out, &agentv1.MountDirEntry{Name: name, Mode: mode, Ino: nameIno(path.Join(p, name))})
+		e := &agentv1.MountDirEntry{Name: name, Mode: mode, Ino: nameIno(path.Join(p, name))}
+		if plus {
+			e.Attr = s.listedAttr(path.Join(p, name), mode, obj)
+		}
+		out = append(out, e)
 	}
 	return out, true, nil
+}
+
+// listedAttr is the attributes of a listed entry: a directory's fixed
+// ones, a pending write's temp file's, or the listed object's.
+func (s *s3Bucket) listedAttr(p string, mode uint32, obj minio.ObjectInfo) *agentv1.MountAttr {
+	if mode == syscall.S_IFDIR {
+		return dirAttr(p)
+	}
+	s.mu.Lock()
+	f := s.pending[p]
+	s.mu.Unlock()
+	if f != nil {
+		return nil // its size changes under the guest's writes: looked up
+	}
+	return fileAttr(p, obj.Size, obj.LastModified)
 }
 
 // ReadAt reads a pending write's temp file, or streams the object.

@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"sync/atomic"
 	"syscall"
+
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/agentbox/agentbox/proto/agent/v1"
 )
@@ -16,10 +19,12 @@ import (
 const (
 	// MaxIO is the most bytes one Read or Write moves; the guest's FUSE
 	// filesystem uses the same size, and bigger files move in chunks.
-	MaxIO = 512 << 10
-	// maxDirPage is the most entries one ReadDir returns.
-	maxDirPage = 1024
-	maxPath    = 4096
+	MaxIO = 1 << 20
+	// maxDirPage is the most entries one ReadDir returns, and maxDirBytes
+	// the most bytes they take (well within ttrpc's 4 MiB message).
+	maxDirPage  = 16384
+	maxDirBytes = 2 << 20
+	maxPath     = 4096
 	// concurrency is how many calls of one sandbox run at once; the rest
 	// wait, so a guest that floods its mounts slows only itself.
 	concurrency = 4
@@ -79,13 +84,16 @@ type service struct {
 	set   *Set
 	sem   chan struct{}
 	ready func(errs map[string]string)
+	// inFlight is how many calls run now (Stats).
+	inFlight atomic.Int64
 }
 
 var _ agentv1.MountsService = (*service)(nil)
 
 // op checks a call's mount and path and runs fn with a slot of the
 // connection's concurrency. Failures become errnos, never call errors.
-func (s *service) op(ctx context.Context, mount, p string, write bool, fn func(b backend, p string) error) int32 {
+func (s *service) op(ctx context.Context, method, mount, p string, write bool, fn func(b backend, p string) error) int32 {
+	countCall(method)
 	b, ok := s.set.backends[mount]
 	if !ok {
 		return int32(syscall.ENODEV)
@@ -102,7 +110,11 @@ func (s *service) op(ctx context.Context, mount, p string, write bool, fn func(b
 	case <-ctx.Done():
 		return int32(syscall.EINTR)
 	}
-	defer func() { <-s.sem }()
+	noteInFlight(s.inFlight.Add(1))
+	defer func() {
+		s.inFlight.Add(-1)
+		<-s.sem
+	}()
 	return errnoOf(fn(b, p))
 }
 
@@ -163,7 +175,7 @@ func (s *service) Ready(ctx context.Context, req *agentv1.MountReadyRequest) (*a
 
 func (s *service) Lstat(ctx context.Context, req *agentv1.MountPathRequest) (*agentv1.MountAttrResponse, error) {
 	out := &agentv1.MountAttrResponse{}
-	out.Errno = s.op(ctx, req.Mount, req.Path, false, func(b backend, p string) (err error) {
+	out.Errno = s.op(ctx, "Lstat", req.Mount, req.Path, false, func(b backend, p string) (err error) {
 		out.Attr, err = b.Lstat(p)
 		return err
 	})
@@ -172,11 +184,19 @@ func (s *service) Lstat(ctx context.Context, req *agentv1.MountPathRequest) (*ag
 
 func (s *service) ReadDir(ctx context.Context, req *agentv1.MountReadDirRequest) (*agentv1.MountReadDirResponse, error) {
 	out := &agentv1.MountReadDirResponse{}
-	out.Errno = s.op(ctx, req.Mount, req.Path, false, func(b backend, p string) (err error) {
+	out.Errno = s.op(ctx, "ReadDir", req.Mount, req.Path, false, func(b backend, p string) (err error) {
 		if req.Offset > 1<<31 {
 			return syscall.EINVAL
 		}
-		out.Entries, out.Eof, err = b.ReadDir(p, int(req.Offset), maxDirPage)
+		out.Entries, out.Eof, err = b.ReadDir(p, int(req.Offset), maxDirPage, req.Plus)
+		size := 0
+		for i, e := range out.Entries {
+			if size += proto.Size(e) + 8; size > maxDirBytes {
+				out.Entries, out.Eof = out.Entries[:i], false
+				break
+			}
+		}
+		stats.dirEntries.Add(uint64(len(out.Entries)))
 		return err
 	})
 	return out, nil
@@ -184,13 +204,14 @@ func (s *service) ReadDir(ctx context.Context, req *agentv1.MountReadDirRequest)
 
 func (s *service) Read(ctx context.Context, req *agentv1.MountReadRequest) (*agentv1.MountReadResponse, error) {
 	out := &agentv1.MountReadResponse{}
-	out.Errno = s.op(ctx, req.Mount, req.Path, false, func(b backend, p string) error {
+	out.Errno = s.op(ctx, "Read", req.Mount, req.Path, false, func(b backend, p string) error {
 		if req.Size > MaxIO || req.Offset < 0 {
 			return syscall.EINVAL
 		}
 		buf := make([]byte, req.Size)
 		n, err := b.ReadAt(p, buf, req.Offset)
 		out.Data = buf[:n]
+		stats.readBytes.Add(uint64(n))
 		return err
 	})
 	return out, nil
@@ -198,21 +219,22 @@ func (s *service) Read(ctx context.Context, req *agentv1.MountReadRequest) (*age
 
 func (s *service) Write(ctx context.Context, req *agentv1.MountWriteRequest) (*agentv1.MountWriteResponse, error) {
 	out := &agentv1.MountWriteResponse{}
-	out.Errno = s.op(ctx, req.Mount, req.Path, true, func(b backend, p string) error {
+	out.Errno = s.op(ctx, "Write", req.Mount, req.Path, true, func(b backend, p string) error {
 		if len(req.Data) > MaxIO || req.Offset < 0 {
 			return syscall.EINVAL
 		}
 		n, err := b.WriteAt(p, req.Data, req.Offset)
 		out.Written = uint32(n)
+		stats.writeBytes.Add(uint64(n))
 		return err
 	})
 	return out, nil
 }
 
 // created answers a call that made p with p's attributes.
-func created(ctx context.Context, s *service, mount, p string, make func(b backend, p string) error) *agentv1.MountAttrResponse {
+func created(ctx context.Context, s *service, method, mount, p string, make func(b backend, p string) error) *agentv1.MountAttrResponse {
 	out := &agentv1.MountAttrResponse{}
-	out.Errno = s.op(ctx, mount, p, true, func(b backend, p string) (err error) {
+	out.Errno = s.op(ctx, method, mount, p, true, func(b backend, p string) (err error) {
 		if err := make(b, p); err != nil {
 			return err
 		}
@@ -223,19 +245,19 @@ func created(ctx context.Context, s *service, mount, p string, make func(b backe
 }
 
 func (s *service) Create(ctx context.Context, req *agentv1.MountCreateRequest) (*agentv1.MountAttrResponse, error) {
-	return created(ctx, s, req.Mount, req.Path, func(b backend, p string) error {
+	return created(ctx, s, "Create", req.Mount, req.Path, func(b backend, p string) error {
 		return b.Create(p, fs.FileMode(req.Mode&0o777), req.Exclusive)
 	}), nil
 }
 
 func (s *service) Mkdir(ctx context.Context, req *agentv1.MountCreateRequest) (*agentv1.MountAttrResponse, error) {
-	return created(ctx, s, req.Mount, req.Path, func(b backend, p string) error {
+	return created(ctx, s, "Mkdir", req.Mount, req.Path, func(b backend, p string) error {
 		return b.Mkdir(p, fs.FileMode(req.Mode&0o777))
 	}), nil
 }
 
 func (s *service) Symlink(ctx context.Context, req *agentv1.MountSymlinkRequest) (*agentv1.MountAttrResponse, error) {
-	return created(ctx, s, req.Mount, req.Path, func(b backend, p string) error {
+	return created(ctx, s, "Symlink", req.Mount, req.Path, func(b backend, p string) error {
 		if len(req.Target) > maxPath {
 			return syscall.ENAMETOOLONG
 		}
@@ -245,7 +267,7 @@ func (s *service) Symlink(ctx context.Context, req *agentv1.MountSymlinkRequest)
 
 func (s *service) Readlink(ctx context.Context, req *agentv1.MountPathRequest) (*agentv1.MountReadlinkResponse, error) {
 	out := &agentv1.MountReadlinkResponse{}
-	out.Errno = s.op(ctx, req.Mount, req.Path, false, func(b backend, p string) (err error) {
+	out.Errno = s.op(ctx, "Readlink", req.Mount, req.Path, false, func(b backend, p string) (err error) {
 		out.Target, err = b.Readlink(p)
 		return err
 	})
@@ -253,7 +275,7 @@ func (s *service) Readlink(ctx context.Context, req *agentv1.MountPathRequest) (
 }
 
 func (s *service) Remove(ctx context.Context, req *agentv1.MountRemoveRequest) (*agentv1.MountResult, error) {
-	errno := s.op(ctx, req.Mount, req.Path, true, func(b backend, p string) error {
+	errno := s.op(ctx, "Remove", req.Mount, req.Path, true, func(b backend, p string) error {
 		if p == "." {
 			return syscall.EBUSY
 		}
@@ -263,7 +285,7 @@ func (s *service) Remove(ctx context.Context, req *agentv1.MountRemoveRequest) (
 }
 
 func (s *service) Rename(ctx context.Context, req *agentv1.MountRenameRequest) (*agentv1.MountResult, error) {
-	errno := s.op(ctx, req.Mount, req.From, true, func(b backend, from string) error {
+	errno := s.op(ctx, "Rename", req.Mount, req.From, true, func(b backend, from string) error {
 		to, err := cleanPath(req.To)
 		if err != nil || from == "." || to == "." {
 			return syscall.EINVAL
@@ -275,7 +297,7 @@ func (s *service) Rename(ctx context.Context, req *agentv1.MountRenameRequest) (
 
 func (s *service) SetAttr(ctx context.Context, req *agentv1.MountSetAttrRequest) (*agentv1.MountAttrResponse, error) {
 	out := &agentv1.MountAttrResponse{}
-	out.Errno = s.op(ctx, req.Mount, req.Path, true, func(b backend, p string) (err error) {
+	out.Errno = s.op(ctx, "SetAttr", req.Mount, req.Path, true, func(b backend, p string) (err error) {
 		if err := b.SetAttr(p, req); err != nil {
 			return err
 		}
@@ -292,6 +314,6 @@ func (s *service) Flush(ctx context.Context, req *agentv1.MountPathRequest) (*ag
 	if s.readOnly(req.Mount) {
 		return &agentv1.MountResult{}, nil
 	}
-	errno := s.op(ctx, req.Mount, req.Path, true, func(b backend, p string) error { return b.Flush(p) })
+	errno := s.op(ctx, "Flush", req.Mount, req.Path, true, func(b backend, p string) error { return b.Flush(p) })
 	return &agentv1.MountResult{Errno: errno}, nil
 }

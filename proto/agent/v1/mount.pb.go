@@ -444,7 +444,10 @@ type MountReadDirRequest struct {
 	Mount string                 `protobuf:"bytes,1,opt,name=mount,proto3" json:"mount,omitempty"`
 	Path  string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// offset is the number of entries already returned.
-	Offset        uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// plus asks for each entry's attributes too (the guest's READDIRPLUS:
+	// the kernel then looks none of them up).
+	Plus          bool `protobuf:"varint,4,opt,name=plus,proto3" json:"plus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,11 +503,21 @@ func (x *MountReadDirRequest) GetOffset() uint64 {
 	return 0
 }
 
+func (x *MountReadDirRequest) GetPlus() bool {
+	if x != nil {
+		return x.Plus
+	}
+	return false
+}
+
 type MountDirEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"` // type bits
-	Ino           uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode  uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"` // type bits
+	Ino   uint64                 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	// attr is the entry's attributes, when the request asked for them and
+	// the host could read them.
+	Attr          *MountAttr `protobuf:"bytes,4,opt,name=attr,proto3" json:"attr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -558,6 +571,13 @@ func (x *MountDirEntry) GetIno() uint64 {
 		return x.Ino
 	}
 	return 0
+}
+
+func (x *MountDirEntry) GetAttr() *MountAttr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
 }
 
 type MountReadDirResponse struct {
@@ -1276,15 +1296,17 @@ const file_mount_proto_rawDesc = "" +
 	"\x05nlink\x18\x05 \x01(\rR\x05nlink\"[\n" +
 	"\x11MountAttrResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x120\n" +
-	"\x04attr\x18\x02 \x01(\v2\x1c.agentbox.agent.v1.MountAttrR\x04attr\"W\n" +
+	"\x04attr\x18\x02 \x01(\v2\x1c.agentbox.agent.v1.MountAttrR\x04attr\"k\n" +
 	"\x13MountReadDirRequest\x12\x14\n" +
 	"\x05mount\x18\x01 \x01(\tR\x05mount\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x04R\x06offset\"I\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04plus\x18\x04 \x01(\bR\x04plus\"{\n" +
 	"\rMountDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
-	"\x03ino\x18\x03 \x01(\x04R\x03ino\"z\n" +
+	"\x03ino\x18\x03 \x01(\x04R\x03ino\x120\n" +
+	"\x04attr\x18\x04 \x01(\v2\x1c.agentbox.agent.v1.MountAttrR\x04attr\"z\n" +
 	"\x14MountReadDirResponse\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\x05R\x05errno\x12:\n" +
 	"\aentries\x18\x02 \x03(\v2 .agentbox.agent.v1.MountDirEntryR\aentries\x12\x10\n" +
@@ -1393,40 +1415,41 @@ var file_mount_proto_depIdxs = []int32{
 	1,  // 0: agentbox.agent.v1.MountHelloResponse.mounts:type_name -> agentbox.agent.v1.MountSpec
 	21, // 1: agentbox.agent.v1.MountReadyRequest.errors:type_name -> agentbox.agent.v1.MountReadyRequest.ErrorsEntry
 	6,  // 2: agentbox.agent.v1.MountAttrResponse.attr:type_name -> agentbox.agent.v1.MountAttr
-	9,  // 3: agentbox.agent.v1.MountReadDirResponse.entries:type_name -> agentbox.agent.v1.MountDirEntry
-	0,  // 4: agentbox.agent.v1.Mounts.Hello:input_type -> agentbox.agent.v1.MountHelloRequest
-	3,  // 5: agentbox.agent.v1.Mounts.Ready:input_type -> agentbox.agent.v1.MountReadyRequest
-	5,  // 6: agentbox.agent.v1.Mounts.Lstat:input_type -> agentbox.agent.v1.MountPathRequest
-	8,  // 7: agentbox.agent.v1.Mounts.ReadDir:input_type -> agentbox.agent.v1.MountReadDirRequest
-	11, // 8: agentbox.agent.v1.Mounts.Read:input_type -> agentbox.agent.v1.MountReadRequest
-	13, // 9: agentbox.agent.v1.Mounts.Write:input_type -> agentbox.agent.v1.MountWriteRequest
-	15, // 10: agentbox.agent.v1.Mounts.Create:input_type -> agentbox.agent.v1.MountCreateRequest
-	15, // 11: agentbox.agent.v1.Mounts.Mkdir:input_type -> agentbox.agent.v1.MountCreateRequest
-	16, // 12: agentbox.agent.v1.Mounts.Symlink:input_type -> agentbox.agent.v1.MountSymlinkRequest
-	5,  // 13: agentbox.agent.v1.Mounts.Readlink:input_type -> agentbox.agent.v1.MountPathRequest
-	18, // 14: agentbox.agent.v1.Mounts.Remove:input_type -> agentbox.agent.v1.MountRemoveRequest
-	19, // 15: agentbox.agent.v1.Mounts.Rename:input_type -> agentbox.agent.v1.MountRenameRequest
-	20, // 16: agentbox.agent.v1.Mounts.SetAttr:input_type -> agentbox.agent.v1.MountSetAttrRequest
-	5,  // 17: agentbox.agent.v1.Mounts.Flush:input_type -> agentbox.agent.v1.MountPathRequest
-	2,  // 18: agentbox.agent.v1.Mounts.Hello:output_type -> agentbox.agent.v1.MountHelloResponse
-	4,  // 19: agentbox.agent.v1.Mounts.Ready:output_type -> agentbox.agent.v1.MountResult
-	7,  // 20: agentbox.agent.v1.Mounts.Lstat:output_type -> agentbox.agent.v1.MountAttrResponse
-	10, // 21: agentbox.agent.v1.Mounts.ReadDir:output_type -> agentbox.agent.v1.MountReadDirResponse
-	12, // 22: agentbox.agent.v1.Mounts.Read:output_type -> agentbox.agent.v1.MountReadResponse
-	14, // 23: agentbox.agent.v1.Mounts.Write:output_type -> agentbox.agent.v1.MountWriteResponse
-	7,  // 24: agentbox.agent.v1.Mounts.Create:output_type -> agentbox.agent.v1.MountAttrResponse
-	7,  // 25: agentbox.agent.v1.Mounts.Mkdir:output_type -> agentbox.agent.v1.MountAttrResponse
-	7,  // 26: agentbox.agent.v1.Mounts.Symlink:output_type -> agentbox.agent.v1.MountAttrResponse
-	17, // 27: agentbox.agent.v1.Mounts.Readlink:output_type -> agentbox.agent.v1.MountReadlinkResponse
-	4,  // 28: agentbox.agent.v1.Mounts.Remove:output_type -> agentbox.agent.v1.MountResult
-	4,  // 29: agentbox.agent.v1.Mounts.Rename:output_type -> agentbox.agent.v1.MountResult
-	7,  // 30: agentbox.agent.v1.Mounts.SetAttr:output_type -> agentbox.agent.v1.MountAttrResponse
-	4,  // 31: agentbox.agent.v1.Mounts.Flush:output_type -> agentbox.agent.v1.MountResult
-	18, // [18:32] is the sub-list for method output_type
-	4,  // [4:18] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	6,  // 3: agentbox.agent.v1.MountDirEntry.attr:type_name -> agentbox.agent.v1.MountAttr
+	9,  // 4: agentbox.agent.v1.MountReadDirResponse.entries:type_name -> agentbox.agent.v1.MountDirEntry
+	0,  // 5: agentbox.agent.v1.Mounts.Hello:input_type -> agentbox.agent.v1.MountHelloRequest
+	3,  // 6: agentbox.agent.v1.Mounts.Ready:input_type -> agentbox.agent.v1.MountReadyRequest
+	5,  // 7: agentbox.agent.v1.Mounts.Lstat:input_type -> agentbox.agent.v1.MountPathRequest
+	8,  // 8: agentbox.agent.v1.Mounts.ReadDir:input_type -> agentbox.agent.v1.MountReadDirRequest
+	11, // 9: agentbox.agent.v1.Mounts.Read:input_type -> agentbox.agent.v1.MountReadRequest
+	13, // 10: agentbox.agent.v1.Mounts.Write:input_type -> agentbox.agent.v1.MountWriteRequest
+	15, // 11: agentbox.agent.v1.Mounts.Create:input_type -> agentbox.agent.v1.MountCreateRequest
+	15, // 12: agentbox.agent.v1.Mounts.Mkdir:input_type -> agentbox.agent.v1.MountCreateRequest
+	16, // 13: agentbox.agent.v1.Mounts.Symlink:input_type -> agentbox.agent.v1.MountSymlinkRequest
+	5,  // 14: agentbox.agent.v1.Mounts.Readlink:input_type -> agentbox.agent.v1.MountPathRequest
+	18, // 15: agentbox.agent.v1.Mounts.Remove:input_type -> agentbox.agent.v1.MountRemoveRequest
+	19, // 16: agentbox.agent.v1.Mounts.Rename:input_type -> agentbox.agent.v1.MountRenameRequest
+	20, // 17: agentbox.agent.v1.Mounts.SetAttr:input_type -> agentbox.agent.v1.MountSetAttrRequest
+	5,  // 18: agentbox.agent.v1.Mounts.Flush:input_type -> agentbox.agent.v1.MountPathRequest
+	2,  // 19: agentbox.agent.v1.Mounts.Hello:output_type -> agentbox.agent.v1.MountHelloResponse
+	4,  // 20: agentbox.agent.v1.Mounts.Ready:output_type -> agentbox.agent.v1.MountResult
+	7,  // 21: agentbox.agent.v1.Mounts.Lstat:output_type -> agentbox.agent.v1.MountAttrResponse
+	10, // 22: agentbox.agent.v1.Mounts.ReadDir:output_type -> agentbox.agent.v1.MountReadDirResponse
+	12, // 23: agentbox.agent.v1.Mounts.Read:output_type -> agentbox.agent.v1.MountReadResponse
+	14, // 24: agentbox.agent.v1.Mounts.Write:output_type -> agentbox.agent.v1.MountWriteResponse
+	7,  // 25: agentbox.agent.v1.Mounts.Create:output_type -> agentbox.agent.v1.MountAttrResponse
+	7,  // 26: agentbox.agent.v1.Mounts.Mkdir:output_type -> agentbox.agent.v1.MountAttrResponse
+	7,  // 27: agentbox.agent.v1.Mounts.Symlink:output_type -> agentbox.agent.v1.MountAttrResponse
+	17, // 28: agentbox.agent.v1.Mounts.Readlink:output_type -> agentbox.agent.v1.MountReadlinkResponse
+	4,  // 29: agentbox.agent.v1.Mounts.Remove:output_type -> agentbox.agent.v1.MountResult
+	4,  // 30: agentbox.agent.v1.Mounts.Rename:output_type -> agentbox.agent.v1.MountResult
+	7,  // 31: agentbox.agent.v1.Mounts.SetAttr:output_type -> agentbox.agent.v1.MountAttrResponse
+	4,  // 32: agentbox.agent.v1.Mounts.Flush:output_type -> agentbox.agent.v1.MountResult
+	19, // [19:33] is the sub-list for method output_type
+	5,  // [5:19] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_mount_proto_init() }
