@@ -181,10 +181,10 @@ func (m *Manager) Diff(ctx context.Context, req DiffRequest) (DiffResult, error)
 	if err != nil {
 		return DiffResult{}, err
 	}
-	res.Method, res.Reason = plan.method, plan.reason
 	if err := m.runDiff(ctx, req, &plan, &res); err != nil {
 		return DiffResult{}, err
 	}
+	res.Method, res.Reason = plan.method, plan.reason // a walk may have turned full
 	if req.Events {
 		ev, err := m.eventsDiff(ctx, plan, req.Limit)
 		if err != nil {
