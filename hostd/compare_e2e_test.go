@@ -4,8 +4,12 @@ package hostd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +73,8 @@ func TestCompare(t *testing.T) {
 	checkLineage(t, c, forks)
 	checkEdgeCases(t, c, forks[1].ID, sb.ID)
 	checkPausedDiff(t, c, forks[2].ID, sb.ID)
+	checkManyFiles(t, c, forks[3].ID, sb.ID)
+	checkOtherTemplate(t, c, sb.ID)
 }
 
 func hasExec(evs []client.AuditEvent, word string) bool {
@@ -149,5 +155,121 @@ func checkPausedDiff(t *testing.T, c *client.Client, fork, parent string) {
 	sb, err := c.GetSandbox(ctx, fork)
 	if err != nil || sb.State != client.SandboxStatePaused {
 		t.Errorf("after the diff: state %s (%v), want paused", sb.State, err)
+	}
+}
+
+// manyFiles is how many files checkManyFiles writes in a fork.
+const manyFiles = 100000
+
+// checkManyFiles writes manyFiles files in fork and pages through its diff
+// against parent: every path comes once, no page is over its limit; it
+// logs the time and hostd's (this process's) peak memory.
+func checkManyFiles(t *testing.T, c *client.Client, fork, parent string) {
+	ctx := context.Background()
+	script := fmt.Sprintf("import os\nos.makedirs('/root/many')\nfor i in range(%d):\n    open('/root/many/f%%06d' %% i, 'w').write(str(i))\n", manyFiles)
+	if r, err := c.Exec(ctx, fork, client.ExecRequest{Cmd: []string{"python3", "-c", script}, TimeoutS: 1800}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("make %d files: %v %+v", manyFiles, err, r)
+	}
+	const limit = 10000
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heapBefore, heapPeak := ms.HeapAlloc, ms.HeapAlloc
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // VmHWM from now
+	rssBefore := vmHWM()
+	seen := make(map[string]bool, manyFiles)
+	pages, method := 0, ""
+	start := time.Now()
+	err := c.DiffAll(ctx, fork, parent, client.DiffOptions{Path: "/root/many", Limit: limit}, func(d client.Diff) error {
+		pages++
+		method = string(d.Method)
+		if len(d.Entries) > limit+1 { // and the directory itself
+			return fmt.Errorf("page %d: %d entries, limit %d", pages, len(d.Entries), limit)
+		}
+		for _, e := range d.Entries {
+			if seen[e.Path] {
+				return fmt.Errorf("page %d: %s again", pages, e.Path)
+			}
+			seen[e.Path] = true
+			if e.Path != "/root/many" && e.Status != client.DiffEntryStatusAdded {
+				return fmt.Errorf("%s: %s, want added", e.Path, e.Status)
+			}
+		}
+		runtime.ReadMemStats(&ms)
+		heapPeak = max(heapPeak, ms.HeapAlloc)
+		return nil
+	})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range manyFiles {
+		if p := fmt.Sprintf("/root/many/f%06d", i); !seen[p] {
+			t.Fatalf("%s is missing from the diff (%d paths seen)", p, len(seen))
+		}
+	}
+	t.Logf("diff of %d changed files: %d pages by %s in %v; hostd's heap %d MiB before, %d MiB at most after a page; peak RSS %d MiB (was %d MiB)",
+		manyFiles, pages, method, took.Round(time.Millisecond), heapBefore>>20, heapPeak>>20, vmHWM()>>20, rssBefore>>20)
+}
+
+// vmHWM is this process's peak RSS in bytes.
+func vmHWM() int64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// checkOtherTemplate diffs a snapshot of parent (the default template)
+// against one of a sandbox of a busybox template (no python3 there): they
+// share no snapshot, so the diff is full-tree and says so, and a journal
+// or walk diff is refused with no_common_snapshot.
+func checkOtherTemplate(t *testing.T, c *client.Client, parent string) {
+	ctx := context.Background()
+	ref, _ := serveImage(t, "busybox:1", busyboxImage(t))
+	if _, err := c.BuildTemplateFromImage(ctx, "bb", 0, client.ImageSource{Ref: ref, FreeMiB: 64}, nil); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	bb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "bb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSandbox(context.Background(), bb.ID) })
+	snA, err := c.Snapshot(ctx, bb.ID, client.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snB, err := c.Snapshot(ctx, parent, client.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Diff(ctx, snA.ID, snB.ID, client.DiffOptions{Path: "/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Method != client.DiffMethodFull || d.BaseSnapshot != "" || !strings.Contains(d.Reason, "share no snapshot") {
+		t.Errorf("different templates: method %s, base %q, reason %q; want full without a base", d.Method, d.BaseSnapshot, d.Reason)
+	}
+	// Debian's /bin is a symlink to usr/bin; busybox's a directory.
+	by := map[string]client.DiffEntry{}
+	for _, e := range d.Entries {
+		by[e.Path] = e
+	}
+	if e, ok := by["/bin"]; !ok || e.Status != client.DiffEntryStatusModified || !slices.Contains(e.Changes, "type") {
+		t.Errorf("/bin: %+v (found %v), want a type change", e, ok)
+	}
+	if e, ok := by["/bin/busybox"]; !ok || e.Status != client.DiffEntryStatusAdded || e.New == nil || e.New.Sha256 == "" {
+		t.Errorf("/bin/busybox: %+v (found %v), want added with a digest", e, ok)
+	}
+	for _, m := range []string{"journal", "walk"} {
+		_, err := c.Diff(ctx, snA.ID, snB.ID, client.DiffOptions{Path: "/bin", Method: m})
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != 409 || ae.Code != "no_common_snapshot" {
+			t.Errorf("method %s across templates: %v, want 409 no_common_snapshot", m, err)
+		}
 	}
 }
