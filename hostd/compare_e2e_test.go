@@ -132,9 +132,9 @@ func checkEdgeCases(t *testing.T, c *client.Client, fork, parent string) {
 		check("/root/proj/renamed", func(e client.DiffEntry) bool { return e.Status == "renamed" && e.OldPath == "/root/proj/renamed-me" })
 		check("/root/proj/big.txt", func(e client.DiffEntry) bool { return e.PatchOmitted == "too_large" })
 		check("/root/proj/tree/sub/a", func(e client.DiffEntry) bool { return e.Status == "removed" })
-		if method == "walk" { // the journal's JSON keeps no invalid UTF-8, nor an event for a chmod
+		check("/root/proj/mode-me", func(e client.DiffEntry) bool { return slices.Contains(e.Changes, "mode") && e.New.Mode == 0o750 })
+		if method == "walk" { // the journal's JSON keeps no invalid UTF-8
 			check("/root/proj/caf\uFFFD", func(e client.DiffEntry) bool { return string(e.PathB64) == "/root/proj/caf\xe9" })
-			check("/root/proj/mode-me", func(e client.DiffEntry) bool { return slices.Contains(e.Changes, "mode") && e.New.Mode == 0o750 })
 		}
 	}
 }
