@@ -20,6 +20,9 @@ const (
 	MaxDiffStatPaths = 1000
 	// MaxDiffLimit bounds the entries of one DiffWalk.
 	MaxDiffLimit = 10000
+	// maxStatBytes bounds the paths of one Stat call, far under ttrpc's
+	// 4 MiB message.
+	maxStatBytes = 1 << 20
 	// maxDigestError bounds an entry's digest_error.
 	maxDigestError = 512
 )
@@ -89,10 +92,15 @@ func diffEntryOf(e *agentv1.DiffEntry) (DiffEntry, error) {
 
 // DiffStat describes each of paths (lstat), in their order, with a
 // regular file's sha256 when it has at most maxDigest bytes. It asks the
-// guest in pages of MaxDiffStatPaths and asks again for what a page left.
+// guest in pages of MaxDiffStatPaths (and 1 MiB of paths) and asks again
+// for what a page left.
 func (c *Client) DiffStat(ctx context.Context, paths []string, maxDigest int64, emit func(DiffEntry) error) error {
 	for len(paths) > 0 {
-		n := min(len(paths), MaxDiffStatPaths)
+		n, size := 0, 0
+		for n < len(paths) && n < MaxDiffStatPaths && (n == 0 || size+len(paths[n]) <= maxStatBytes) {
+			size += len(paths[n])
+			n++
+		}
 		req := &agentv1.DiffStatRequest{Paths: make([][]byte, n), MaxDigestBytes: uint64(max(maxDigest, 0))}
 		for i, p := range paths[:n] {
 			req.Paths[i] = []byte(p)
