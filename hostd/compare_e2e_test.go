@@ -158,18 +158,27 @@ func checkPausedDiff(t *testing.T, c *client.Client, fork, parent string) {
 	}
 }
 
-// manyFiles is how many files checkManyFiles writes in a fork.
-const manyFiles = 100000
+// manyFiles is how many files checkManyFiles writes in a fork
+// (AGENTBOX_DIFF_MANY overrides it).
+func manyFiles() int {
+	if n, err := strconv.Atoi(os.Getenv("AGENTBOX_DIFF_MANY")); err == nil && n > 0 {
+		return n
+	}
+	return 100000
+}
 
 // checkManyFiles writes manyFiles files in fork and pages through its diff
 // against parent: every path comes once, no page is over its limit; it
 // logs the time and hostd's (this process's) peak memory.
 func checkManyFiles(t *testing.T, c *client.Client, fork, parent string) {
 	ctx := context.Background()
-	script := fmt.Sprintf("import os\nos.makedirs('/root/many')\nfor i in range(%d):\n    open('/root/many/f%%06d' %% i, 'w').write(str(i))\n", manyFiles)
+	manyFiles := manyFiles()
+	script := fmt.Sprintf("import os\nos.makedirs('/root/many')\nfor i in range(%d):\n    fd = os.open('/root/many/f%%06d' %% i, os.O_WRONLY | os.O_CREAT, 0o644)\n    os.write(fd, b'x')\n    os.close(fd)\n", manyFiles)
+	start := time.Now()
 	if r, err := c.Exec(ctx, fork, client.ExecRequest{Cmd: []string{"python3", "-c", script}, TimeoutS: 1800}); err != nil || r.ExitCode != 0 {
 		t.Fatalf("make %d files: %v %+v", manyFiles, err, r)
 	}
+	t.Logf("%d files written in %v", manyFiles, time.Since(start).Round(time.Millisecond))
 	const limit = 10000
 	runtime.GC()
 	var ms runtime.MemStats
@@ -179,7 +188,7 @@ func checkManyFiles(t *testing.T, c *client.Client, fork, parent string) {
 	rssBefore := vmHWM()
 	seen := make(map[string]bool, manyFiles)
 	pages, method := 0, ""
-	start := time.Now()
+	start = time.Now()
 	err := c.DiffAll(ctx, fork, parent, client.DiffOptions{Path: "/root/many", Limit: limit}, func(d client.Diff) error {
 		pages++
 		method = string(d.Method)
