@@ -213,7 +213,7 @@ type ClientInterface interface {
 	// up to `max_patch_bytes` when `patch=true`. `method` says how the
 	// candidates were found: `journal` (the flight recorder's file events
 	// of each side since the common snapshot: does not scale with the
-	// tree, but a chmod or chown alone writes no event), `walk` (both
+	// tree; it sees writes, chmod, chown and touch), `walk` (both
 	// guests' trees, entries whose ctime or mtime is after the common
 	// snapshot, compared by digest) or `full` (every entry: the sides
 	// share no snapshot, e.g. different templates; `method=journal|walk`
@@ -1158,7 +1158,7 @@ func (c *Raw) GetSandbox(ctx context.Context, id SandboxID, reqEditors ...Reques
 // up to `max_patch_bytes` when `patch=true`. `method` says how the
 // candidates were found: `journal` (the flight recorder's file events
 // of each side since the common snapshot: does not scale with the
-// tree, but a chmod or chown alone writes no event), `walk` (both
+// tree; it sees writes, chmod, chown and touch), `walk` (both
 // guests' trees, entries whose ctime or mtime is after the common
 // snapshot, compared by digest) or `full` (every entry: the sides
 // share no snapshot, e.g. different templates; `method=journal|walk`
@@ -5585,7 +5585,7 @@ type ClientWithResponsesInterface interface {
 	// up to `max_patch_bytes` when `patch=true`. `method` says how the
 	// candidates were found: `journal` (the flight recorder's file events
 	// of each side since the common snapshot: does not scale with the
-	// tree, but a chmod or chown alone writes no event), `walk` (both
+	// tree; it sees writes, chmod, chown and touch), `walk` (both
 	// guests' trees, entries whose ctime or mtime is after the common
 	// snapshot, compared by digest) or `full` (every entry: the sides
 	// share no snapshot, e.g. different templates; `method=journal|walk`
@@ -9145,7 +9145,7 @@ func (c *ClientWithResponses) GetSandboxWithResponse(ctx context.Context, id San
 // up to `max_patch_bytes` when `patch=true`. `method` says how the
 // candidates were found: `journal` (the flight recorder's file events
 // of each side since the common snapshot: does not scale with the
-// tree, but a chmod or chown alone writes no event), `walk` (both
+// tree; it sees writes, chmod, chown and touch), `walk` (both
 // guests' trees, entries whose ctime or mtime is after the common
 // snapshot, compared by digest) or `full` (every entry: the sides
 // share no snapshot, e.g. different templates; `method=journal|walk`

@@ -1,6 +1,6 @@
 // Package agentclient is the host side of the host ↔ guest protocol: a typed
-// client for guestinit's Exec, Files, System and Events services over one agent-channel
-// connection. Guest errors come back with their meaning: file errors as
+// client for guestinit's Exec, Files, System, Events and Diff services over
+// one agent-channel connection. Guest errors come back with their meaning: file errors as
 // *fs.PathError wrapping the guest's syscall.Errno, missing sessions as
 // ErrNoSession.
 package agentclient
@@ -52,6 +52,7 @@ type Client struct {
 	files     agentv1.FilesService
 	sys       agentv1.SystemService
 	events    agentv1.EventsService
+	diff      agentv1.DiffService
 }
 
 // Option configures a Client.
@@ -85,6 +86,7 @@ func New(conn net.Conn, opts ...Option) *Client {
 		files:     agentv1.NewFilesClient(c),
 		sys:       agentv1.NewSystemClient(c),
 		events:    agentv1.NewEventsClient(c),
+		diff:      agentv1.NewDiffClient(c),
 	}
 	return cl
 }

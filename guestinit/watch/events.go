@@ -76,7 +76,33 @@ func (w *Watcher) fileEvents(ev rawEvent) (now, later []*agentv1.FileEvent) {
 	if mask&unix.FAN_DELETE != 0 {
 		now = append(now, w.deleted(p, dir))
 	}
+	if e := w.inPlace(ev, p, mask, dir); e != nil {
+		now = append(now, e)
+	}
 	return now, later
+}
+
+// inPlace handles ATTRIB and MODIFY that no CREATE, CLOSE_WRITE or DELETE
+// of the same event covers: a chmod, chown or touch alone, or a write by
+// a process that keeps the file open, reported once until it closes it
+// (a writer that never does, a log, would otherwise report every burst).
+// A file created and not yet closed is reported at its close.
+func (w *Watcher) inPlace(ev rawEvent, p string, mask uint64, dir bool) *agentv1.FileEvent {
+	if mask&(unix.FAN_CREATE|unix.FAN_CLOSE_WRITE|unix.FAN_DELETE) != 0 || w.created.set[p] {
+		return nil
+	}
+	switch {
+	case mask&unix.FAN_ATTRIB != 0:
+	case mask&unix.FAN_MODIFY != 0 && !dir && !w.open.set[p]:
+		w.open.add(p)
+	default:
+		return nil
+	}
+	e := &agentv1.FileEvent{Op: opModified, Path: p, Dir: dir}
+	if !dir {
+		e.Size, e.Sha256 = w.describe(ev, p)
+	}
+	return e
 }
 
 // createdEntry handles CREATE. A regular file is reported when it is first
@@ -97,6 +123,7 @@ func (w *Watcher) createdEntry(p string, dir bool) *agentv1.FileEvent {
 // closedWrite handles CLOSE_WRITE: created if the create is pending, else
 // modified.
 func (w *Watcher) closedWrite(ev rawEvent, p string) *agentv1.FileEvent {
+	w.open.remove(p)
 	op := opModified
 	if w.created.remove(p) {
 		op = opCreated
@@ -108,6 +135,7 @@ func (w *Watcher) closedWrite(ev rawEvent, p string) *agentv1.FileEvent {
 
 func (w *Watcher) deleted(p string, dir bool) *agentv1.FileEvent {
 	w.created.remove(p)
+	w.open.remove(p)
 	return &agentv1.FileEvent{Op: opDeleted, Path: p, Dir: dir}
 }
 
@@ -133,6 +161,9 @@ func (w *Watcher) renamed(ev rawEvent, dir bool) []*agentv1.FileEvent {
 	}
 	if w.created.remove(oldPath) {
 		w.created.add(newPath)
+	}
+	if w.open.remove(oldPath) {
+		w.open.add(newPath)
 	}
 	e := &agentv1.FileEvent{Op: opRenamed, Path: newPath, OldPath: oldPath, Dir: dir}
 	if !dir {

@@ -17,7 +17,12 @@ import (
 
 // markMask is what the watcher asks fanotify for. FAN_RENAME (Linux 5.17+)
 // reports a rename as one event carrying both the old and the new name.
-const markMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_CLOSE_WRITE | unix.FAN_RENAME | unix.FAN_ONDIR
+// FAN_ATTRIB reports a chmod, chown or touch that writes nothing, and
+// FAN_MODIFY a write by a process that keeps the file open (no
+// FAN_CLOSE_WRITE yet); the kernel merges a write's MODIFY into the
+// CREATE and CLOSE_WRITE of the same name still queued.
+const markMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_CLOSE_WRITE | unix.FAN_RENAME | unix.FAN_ONDIR |
+	unix.FAN_ATTRIB | unix.FAN_MODIFY
 
 // initFlags are fanotify_init's flags: notification only, events identified
 // by the parent directory's file handle plus the entry name.

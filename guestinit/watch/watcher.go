@@ -64,6 +64,7 @@ type Watcher struct {
 	wake    int // eventfd that interrupts Run's poll
 	res     *resolver
 	created *pathSet // regular files created but not yet closed for write
+	open    *pathSet // files reported modified while open, not yet closed
 	det     *detector
 	buf     []byte
 	later   []laterEvent // events recorded at the end of the drain
@@ -109,7 +110,7 @@ func New(cfg Config, ring *Ring) (*Watcher, error) {
 	}
 	w := &Watcher{
 		cfg: cfg, ring: ring, fan: fan, wake: wake, res: newResolver(),
-		created: newPathSet(maxCreated), buf: make([]byte, 64<<10), done: make(chan struct{}),
+		created: newPathSet(maxCreated), open: newPathSet(maxCreated), buf: make([]byte, 64<<10), done: make(chan struct{}),
 	}
 	for i, p := range cfg.Paths {
 		err := w.mark(p)

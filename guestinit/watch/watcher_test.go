@@ -205,3 +205,47 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
 }
+
+// TestWatcherAttribAndOpenWrites: a chmod or chown alone, and writes by a
+// process that keeps the file open, are reported as modified: the writes
+// once while the file stays open, and again at its close.
+func TestWatcherAttribAndOpenWrites(t *testing.T) {
+	dir := t.TempDir()
+	w, ring := startWatcher(t, dir)
+	p := filepath.Join(dir, "f")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(p, []byte("a"), 0o644))
+	w.Flush()
+	must(os.Chmod(p, 0o600))
+	w.Flush()
+	must(os.Chown(p, 1, 1))
+	w.Flush()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	must(err)
+	defer f.Close()
+	_, err = f.WriteString("b")
+	must(err)
+	w.Flush()
+	_, err = f.WriteString("c") // still open, already reported
+	must(err)
+	w.Flush()
+	got, evs := eventsUnder(ring, dir)
+	want := []string{"created /f", "modified /f", "modified /f", "modified /f"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	sum := sha256.Sum256([]byte("ab"))
+	if e := evs[3].GetFile(); e.Size != 2 || e.Sha256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("the open write: size %d sha256 %s, want 2 and %x", e.Size, e.Sha256, sum)
+	}
+	must(f.Close())
+	w.Flush()
+	if got, _ := eventsUnder(ring, dir); len(got) != 5 || got[4] != "modified /f" {
+		t.Errorf("after the close: %q, want one more modified", got)
+	}
+}

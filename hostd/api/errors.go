@@ -58,7 +58,7 @@ const (
 	CodeAgentLost         = "agent_unreachable"
 	CodeHostCapacity      = "host_capacity"
 	CodeNoCommonSnapshot  = "no_common_snapshot"
-	CodeNoProbe           = "diff_needs_python3"
+	CodeGuestNoDiff       = "diff_unsupported_guest"
 )
 
 // apiError is an error that the API itself decided on (bad input, unknown
@@ -107,7 +107,7 @@ var statusRules = []struct {
 	{sandbox.ErrBadPath, http.StatusBadRequest, CodeBadPath},
 	{sandbox.ErrBadArchive, http.StatusBadRequest, CodeInvalidArchive},
 	{sandbox.ErrNoCommonSnapshot, http.StatusConflict, CodeNoCommonSnapshot},
-	{sandbox.ErrNoProbe, http.StatusUnprocessableEntity, CodeNoProbe},
+	{sandbox.ErrGuestNoDiff, http.StatusUnprocessableEntity, CodeGuestNoDiff},
 	{sandbox.ErrInvalid, http.StatusBadRequest, CodeInvalidRequest},
 	{sandbox.ErrCapacity, http.StatusServiceUnavailable, CodeHostCapacity},
 	{sandbox.ErrNotDurable, http.StatusConflict, CodeNotDurable},

@@ -17,8 +17,9 @@ import (
 const (
 	// DiffJournal takes the paths from the flight recorder's file events
 	// of each side since their common snapshot (the guest's fanotify
-	// journal): it does not scale with the tree, but misses changes that
-	// write no file event (chmod, chown alone).
+	// journal, which sees writes, chmod, chown and touch): it does not
+	// scale with the tree, but misses what a guest older than those
+	// events did, or did with the watcher off.
 	DiffJournal = "journal"
 	// DiffWalk walks both guests' trees and keeps the entries whose ctime
 	// or mtime is after the common snapshot (and the children of such
@@ -181,10 +182,10 @@ func (m *Manager) Diff(ctx context.Context, req DiffRequest) (DiffResult, error)
 	if err != nil {
 		return DiffResult{}, err
 	}
-	res.Method, res.Reason = plan.method, plan.reason
 	if err := m.runDiff(ctx, req, &plan, &res); err != nil {
 		return DiffResult{}, err
 	}
+	res.Method, res.Reason = plan.method, plan.reason // a walk may have turned full
 	if req.Events {
 		ev, err := m.eventsDiff(ctx, plan, req.Limit)
 		if err != nil {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestSmallestKeepsTheFirstDistinct(t *testing.T) {
@@ -20,6 +21,9 @@ func TestCompareAndRenames(t *testing.T) {
 		return fileRec{Path: p, Type: "f", Size: 3, SHA256: sum, Mode: mode}
 	}
 	gone := func(p string) fileRec { return fileRec{Path: p, Missing: true} }
+	big := func(mtime int64) fileRec { // over maxDigestBytes: no digest
+		return fileRec{Path: "/x", Type: "f", Size: maxDigestBytes + 1, Mode: 0o644, MTime: time.Unix(mtime, 0), NoDigest: true}
+	}
 	cases := []struct {
 		name    string
 		a, b    fileRec
@@ -34,6 +38,8 @@ func TestCompareAndRenames(t *testing.T) {
 		{"removed", gone("/x"), file("/x", "s1", 0o644), true, DiffRemoved, nil},
 		{"neither", gone("/x"), gone("/x"), false, "", nil},
 		{"journal side untouched", file("/x", "s2", 0o644), fileRec{Path: "/x", Journal: true}, true, DiffModified, []string{"content"}},
+		{"too large to hash, same mtime", big(1), big(1), false, "", nil},
+		{"too large to hash, other mtime", big(2), big(1), true, DiffModified, []string{"content"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

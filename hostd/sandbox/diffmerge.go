@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -13,8 +13,6 @@ import (
 
 	"github.com/aymanbagabas/go-udiff"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/agentbox/agentbox/agent/agentclient"
 )
 
 // runDiff fills res with one page of entries: the candidates by the plan's
@@ -23,7 +21,7 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 	var (
 		paths  []string
 		ra, rb map[string]fileRec
-		more   bool
+		next   string // where the next page starts ("" at the end)
 		err    error
 	)
 	if p.method == DiffJournal {
@@ -31,10 +29,11 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 		if err != nil {
 			return err
 		}
-		if more = len(paths) > req.Limit; more {
+		if len(paths) > req.Limit {
 			paths = paths[:req.Limit]
+			next = paths[len(paths)-1]
 		}
-		g, gctx := errgroup.WithContext(ctx) // both guests' probes at once
+		g, gctx := errgroup.WithContext(ctx) // both guests' stats at once
 		g.Go(func() (err error) { ra, err = m.sideRecs(gctx, p.a, p.wa, paths); return err })
 		g.Go(func() (err error) { rb, err = m.sideRecs(gctx, p.b, p.wb, paths); return err })
 		if err = g.Wait(); err != nil {
@@ -43,7 +42,7 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 		if paths, err = m.dropUntouched(ctx, p, paths, ra, rb); err != nil {
 			return err
 		}
-	} else if paths, ra, rb, more, err = walkPage(ctx, req, p); err != nil {
+	} else if paths, ra, rb, next, err = walkPage(ctx, req, p); err != nil {
 		return err
 	}
 	entries := make([]DiffEntry, 0, len(paths))
@@ -61,10 +60,7 @@ func (m *Manager) runDiff(ctx context.Context, req DiffRequest, p *diffPlan, res
 	if err := m.patches(ctx, req, p, entries); err != nil {
 		return err
 	}
-	res.Entries = entries
-	if more && len(paths) > 0 {
-		res.NextCursor = paths[len(paths)-1]
-	}
+	res.Entries, res.NextCursor = entries, next
 	return nil
 }
 
@@ -103,66 +99,85 @@ func (m *Manager) sideRecs(ctx context.Context, s *diffSide, ws []window, paths 
 		return m.journalRecs(ctx, ws, paths)
 	}
 	out := make(map[string]fileRec, len(paths))
-	if len(paths) == 0 {
-		return out, nil
-	}
-	_, err := probe(ctx, s.c, probeRequest{Mode: "stat", Paths: b64s(paths)}, func(r fileRec) error {
-		out[r.Path] = r
-		return nil
-	})
+	err := guestStat(ctx, s.c, paths, func(r fileRec) { out[r.Path] = r })
 	return out, err
+}
+
+// Bounds of the directories a walk lists on both sides: past them, the
+// page compares every entry instead (method full).
+const (
+	maxListDirs  = 4096
+	maxListBytes = 1 << 20
+)
+
+// changedDirs are the directories changed on either side since the plan's
+// base, whose children both sides list (so that a removal shows); ok is
+// false past the bounds.
+func changedDirs(ctx context.Context, base walkReq, p *diffPlan) (dirs []string, ok bool, err error) {
+	seen, size := map[string]bool{}, 0
+	for _, s := range []*diffSide{p.a, p.b} {
+		q := base
+		q.DirsOnly, q.Limit = true, maxListDirs
+		more, _, err := guestWalk(ctx, s.c, q, func(r fileRec) {
+			if !seen[r.Path] {
+				seen[r.Path], size = true, size+len(r.Path)
+				dirs = append(dirs, r.Path)
+			}
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		if more || len(dirs) > maxListDirs || size > maxListBytes {
+			return nil, false, nil
+		}
+	}
+	return dirs, true, nil
 }
 
 // walkPage walks both guests for the page after req.Cursor: with a
 // since, first the directories changed on either side (whose children
 // both sides then list, so that a removal shows), then the entries;
-// the page ends where the first side that stopped at its limit ended.
-func walkPage(ctx context.Context, req DiffRequest, p *diffPlan) ([]string, map[string]fileRec, map[string]fileRec, bool, error) {
-	since := 0.0
+// the page ends where the first side that stopped at its limit ended
+// (next: "" at the tree's end).
+func walkPage(ctx context.Context, req DiffRequest, p *diffPlan) ([]string, map[string]fileRec, map[string]fileRec, string, error) {
+	base := walkReq{Root: req.Path, Excludes: req.Excludes}
 	if p.method == DiffWalk {
-		since = float64(p.since.UnixNano()) / 1e9
+		base.Since = p.since
 	}
-	base := probeRequest{Mode: "walk", Roots: b64s([]string{req.Path}), Excludes: b64s(req.Excludes), Since: since}
-	var lists []string
-	if since > 0 {
-		dirs := map[string]bool{}
-		for _, s := range []*diffSide{p.a, p.b} {
-			q := base
-			q.DirsOnly, q.Limit = true, math.MaxInt32
-			if _, err := probe(ctx, s.c, q, func(r fileRec) error { dirs[r.Path] = true; return nil }); err != nil {
-				return nil, nil, nil, false, err
-			}
+	if !base.Since.IsZero() {
+		dirs, ok, err := changedDirs(ctx, base, p)
+		if err != nil {
+			return nil, nil, nil, "", err
 		}
-		for d := range dirs {
-			lists = append(lists, d)
+		if !ok {
+			base.Since = time.Time{}
+			p.method = DiffFull
+			p.reason = fmt.Sprintf("more than %d directories changed since the base: every entry of both trees is compared", maxListDirs)
 		}
+		base.Lists = dirs
 	}
 	q := base
-	q.Lists, q.Limit = b64s(lists), req.Limit
-	if req.Cursor != "" {
-		q.After = b64s([]string{req.Cursor})[0]
-	}
+	q.After, q.Limit = req.Cursor, req.Limit
 	recs := [2]map[string]fileRec{{}, {}}
-	var mores [2]bool
-	var last [2]string
+	var (
+		mores [2]bool
+		nexts [2]string
+	)
 	g, gctx := errgroup.WithContext(ctx)
 	for i, s := range []*diffSide{p.a, p.b} {
 		g.Go(func() error {
 			var err error
-			mores[i], err = probe(gctx, s.c, q, func(r fileRec) error {
-				recs[i][r.Path], last[i] = r, r.Path
-				return nil
-			})
+			mores[i], nexts[i], err = guestWalk(gctx, s.c, q, func(r fileRec) { recs[i][r.Path] = r })
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, nil, false, err
+		return nil, nil, nil, "", err
 	}
 	stop, more := "", false
 	for i := range 2 {
-		if mores[i] && (!more || last[i] < stop) {
-			stop, more = last[i], true
+		if mores[i] && (!more || nexts[i] < stop) {
+			stop, more = nexts[i], true
 		}
 	}
 	var paths []string
@@ -183,17 +198,11 @@ func walkPage(ctx context.Context, req DiffRequest, p *diffPlan) ([]string, map[
 				missing = append(missing, x)
 			}
 		}
-		if len(missing) == 0 {
-			continue
-		}
-		if _, err := probe(ctx, s.c, probeRequest{Mode: "stat", Paths: b64s(missing)}, func(r fileRec) error {
-			recs[i][r.Path] = r
-			return nil
-		}); err != nil {
-			return nil, nil, nil, false, err
+		if err := guestStat(ctx, s.c, missing, func(r fileRec) { recs[i][r.Path] = r }); err != nil {
+			return nil, nil, nil, "", err
 		}
 	}
-	return paths, recs[0], recs[1], more, nil
+	return paths, recs[0], recs[1], stop, nil
 }
 
 // expandRemoved lists the trees of directories one side has and the
@@ -211,28 +220,21 @@ func expandRemoved(ctx context.Context, req DiffRequest, p *diffPlan, entries []
 		if e.Status == DiffAdded {
 			s = p.a
 		}
-		q := probeRequest{Mode: "walk", Roots: b64s([]string{e.Path}), Excludes: b64s(req.Excludes), Limit: budget}
-		err := probeAll(ctx, s.c, q, func(r fileRec) error {
+		q := walkReq{Root: e.Path, Excludes: req.Excludes, Limit: budget}
+		_, _, err := guestWalk(ctx, s.c, q, func(r fileRec) {
 			if r.Path == e.Path {
-				return nil
+				return
 			}
 			budget--
 			if ne, ok := compare(r.Path, pick(e.Status == DiffAdded, r), pick(e.Status == DiffRemoved, r)); ok {
 				out = append(out, ne)
 			}
-			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
 	return dedupEntries(out), nil
-}
-
-// probeAll is probe for a caller that reads to the end (more unused).
-func probeAll(ctx context.Context, c *agentclient.Client, q probeRequest, emit func(fileRec) error) error {
-	_, err := probe(ctx, c, q, emit)
-	return err
 }
 
 func pick(ok bool, r fileRec) fileRec {
@@ -257,12 +259,8 @@ func statOf(r fileRec) *DiffStat {
 	if unknown(r) {
 		return &DiffStat{Journal: true} // as the base had it: type and content unknown
 	}
-	sec, frac := math.Modf(r.MTime)
-	st := &DiffStat{Type: kinds[r.Type], Size: r.Size, Mode: r.Mode, UID: r.UID, GID: r.GID, SHA256: r.SHA256, Link: r.Link, Journal: r.Journal}
-	if r.MTime != 0 {
-		st.MTime = time.Unix(int64(sec), int64(frac*1e9)).UTC()
-	}
-	return st
+	return &DiffStat{Type: kinds[r.Type], Size: r.Size, Mode: r.Mode, UID: r.UID, GID: r.GID, SHA256: r.SHA256, Link: r.Link,
+		MTime: r.MTime, Journal: r.Journal}
 }
 
 // compare is the entry of path x from its records on A (new) and B (old);
@@ -289,7 +287,7 @@ func compare(x string, a, b fileRec) (DiffEntry, bool) {
 	if sa.Type != sb.Type {
 		e.Changes = append(e.Changes, "type")
 	} else {
-		if sa.Type == "file" && (sa.Size != sb.Size || sa.SHA256 != sb.SHA256) {
+		if sa.Type == "file" && (sa.Size != sb.Size || sa.SHA256 != sb.SHA256 || (a.NoDigest && b.NoDigest && !sa.MTime.Equal(sb.MTime))) {
 			e.Changes = append(e.Changes, "content")
 		}
 		if sa.Type == "symlink" && sa.Link != sb.Link {

@@ -85,7 +85,7 @@ func (m *Manager) planDiff(ctx context.Context, req DiffRequest, a, b *diffSide,
 	}
 	switch {
 	case complete:
-		p.method, p.reason = DiffJournal, "the file events of both sides since "+base.ID+" (the guests' fanotify journal), compared by digest; mode or owner changes alone write no event (method=walk sees them)"
+		p.method, p.reason = DiffJournal, "the file events of both sides since "+base.ID+" (the guests' fanotify journal: writes, chmod, chown, touch), compared by digest"
 	case req.Method == DiffJournal || !guestOnly:
 		if req.Method == DiffJournal || a.c == nil || b.c == nil {
 			p.method, p.reason = DiffJournal, "the journal, though incomplete: "+why
