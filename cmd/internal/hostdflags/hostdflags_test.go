@@ -175,6 +175,10 @@ func TestConfig(t *testing.T) {
 			if tc.want.Fleet.LeaseTTL == 0 {
 				tc.want.Fleet.LeaseTTL = fleetagent.DefaultTTL
 			}
+			if got.Builds == nil {
+				t.Error("no template builder wired (POST /v1/templates/build would answer 501)")
+			}
+			got.Builds = nil // a func: compared by being set, above
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v,\nwant %+v", got, tc.want)
 			}
