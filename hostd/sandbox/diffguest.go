@@ -77,27 +77,16 @@ func guestStat(ctx context.Context, c *agentclient.Client, paths []string, emit 
 	return nil
 }
 
-// walkReq is a walk of a guest's tree.
-type walkReq struct {
-	Root     string
-	Excludes []string
-	// Since is the time after which an entry counts as changed (zero:
-	// every entry).
-	Since    time.Time
-	After    string
-	Limit    int
-	Lists    []string
-	DirsOnly bool
-}
+// walkReq is a walk of a guest's tree (MaxDigest is set by guestWalk).
+type walkReq = agentclient.DiffWalkRequest
 
 // guestWalk calls emit with the entries of c's guest's walk, in path
 // order; more reports that the walk stopped at its limit, at next.
 func guestWalk(ctx context.Context, c *agentclient.Client, q walkReq, emit func(fileRec)) (more bool, next string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, guestTimeout)
 	defer cancel()
-	req := agentclient.DiffWalkRequest{Root: q.Root, Excludes: q.Excludes, Since: q.Since, After: q.After, Limit: q.Limit,
-		Lists: q.Lists, DirsOnly: q.DirsOnly, MaxDigest: maxDigestBytes}
-	more, next, err = c.DiffWalk(ctx, req, func(e agentclient.DiffEntry) error { emit(recOf(e)); return nil })
+	q.MaxDigest = maxDigestBytes
+	more, next, err = c.DiffWalk(ctx, q, func(e agentclient.DiffEntry) error { emit(recOf(e)); return nil })
 	if err != nil {
 		return false, "", guestErr(err)
 	}
