@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -280,13 +282,42 @@ func version(p string) int {
 	return n
 }
 
+// freePort is a free loopback port below the kernel's ephemeral range: a
+// server that Stop and Start take down and up again keeps its port, and
+// an ephemeral one could meanwhile become the local end of some other
+// connection (then postgres fails with "Address already in use").
 func freePort() (int, error) {
+	lo := ephemeralLow()
+	for range 64 {
+		port := 10000 + mathrand.IntN(max(lo-10000, 1))
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	if n, err := strconv.Atoi(f[0]); err == nil && n > 10001 {
+		return n
+	}
+	return 32768
 }
 
 func tail(b []byte, n int) []byte {
