@@ -58,6 +58,11 @@ func (m *Manager) importSandbox(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: manifest %s: disk layer %q", ErrCorrupt, man.ID, n)
 		}
 	}
+	if meta.Services != nil {
+		if err := meta.Services.Validate(); err != nil {
+			return fmt.Errorf("%w: manifest %s: its service records: %w", ErrCorrupt, man.ID, err)
+		}
+	}
 	if meta.SnapshotID != man.Parent {
 		return fmt.Errorf("%w: manifest %s: snapshot %s, parent %s", ErrCorrupt, man.ID, meta.SnapshotID, man.Parent)
 	}
@@ -194,6 +199,12 @@ func (m *Manager) importRecords(ctx context.Context, meta pausedMeta, dir string
 	if os, ok := m.opts.Store.(ownerStore); ok && err == nil && meta.Owner != nil {
 		err = os.SetOwner(ctx, store.KindSandbox, id, *meta.Owner)
 	}
+	sv := m.services.get()
+	if sv != nil && err == nil && meta.Services != nil {
+		if err = sv.SetServiceRecords(id, *meta.Services); err != nil {
+			err = fmt.Errorf("%w: its service records: %w", ErrCorrupt, err)
+		}
+	}
 	if err == nil {
 		rec := meta.Sandbox
 		rec.Dir, rec.State, rec.VMPID, rec.Error = dir, string(StatePaused), 0, ""
@@ -202,6 +213,9 @@ func (m *Manager) importRecords(ctx context.Context, meta pausedMeta, dir string
 	if err != nil {
 		_ = m.opts.Store.DeleteSandboxVM(context.WithoutCancel(ctx), id)
 		_ = m.opts.Store.DeleteSandboxLimits(context.WithoutCancel(ctx), id)
+		if sv != nil && meta.Services != nil {
+			_ = sv.Forget(id)
+		}
 	}
 	return err
 }
