@@ -153,7 +153,6 @@ func (mc movedChecks) check(t *testing.T, c *client.Client, data string) {
 	t.Logf("after the move: the exec read on from byte %d to its exit (%d bytes more), token, public port and share link kept", from, rest.Len())
 }
 
-
 // serviceGet GETs hello.txt of sandbox id's port 8000 by its path-based
 // service URL on the hostd of data dir data, with share link share (as
 // ?token=) or token (in the token header), and returns the status and body.
