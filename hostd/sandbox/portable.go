@@ -92,6 +92,8 @@ type pausedMeta struct {
 	// Services are its service URLs' records (public ports, token, share
 	// links' key); nil when the exporting host kept none.
 	Services *ServiceRecords `json:"services,omitempty"`
+	// Execs are its execs that had not ended (portexecs.go).
+	Execs []movedExec `json:"execs,omitempty"`
 }
 
 // snapshotMeta is a snapshot manifest's Meta: its record (Dir is local).
@@ -233,6 +235,11 @@ func (m *Manager) exportPaused(ctx context.Context, b *runningVM, dir string) (d
 			return durable{}, fmt.Errorf("sandbox: service records: %w", err)
 		}
 		meta.Services = &r
+	}
+	if meta.Execs, err = m.openExecsOf(ctx, b.id); err != nil {
+		// Its execs move with the guest; only this host's record of them
+		// is left behind.
+		m.log.Warn("paused sandbox: its open execs are not in its records", "sandbox_id", b.id, "err", err)
 	}
 	files := map[string]string{}
 	for _, n := range chain {

@@ -63,6 +63,9 @@ func (m *Manager) importSandbox(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: manifest %s: its service records: %w", ErrCorrupt, man.ID, err)
 		}
 	}
+	if err := validMovedExecs(meta.Execs); err != nil {
+		return fmt.Errorf("%w: manifest %s: its execs: %w", ErrCorrupt, man.ID, err)
+	}
 	if meta.SnapshotID != man.Parent {
 		return fmt.Errorf("%w: manifest %s: snapshot %s, parent %s", ErrCorrupt, man.ID, meta.SnapshotID, man.Parent)
 	}
@@ -110,6 +113,7 @@ func (m *Manager) importSandbox(ctx context.Context, id string) error {
 		os.RemoveAll(final)
 		return fmt.Errorf("sandbox: import %s: %w", id, err)
 	}
+	m.recordMovedExecs(ctx, id, meta.Execs)
 	m.log.Info("sandbox imported from the snapshot store", "sandbox_id", id, "manifest", man.ID, "from_host", ref.Host,
 		"bytes", stats.Bytes, "fetched_chunks", stats.Fetched, "cache_hits", stats.CacheHits, "fetched_bytes", stats.TransferBytes, "took", time.Since(start))
 	return nil
