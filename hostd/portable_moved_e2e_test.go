@@ -150,6 +150,23 @@ func (mc movedChecks) check(t *testing.T, c *client.Client, data string) {
 			t.Fatalf("output line %d is %q, want %q (first host read %d bytes)", i+1, l, want, from)
 		}
 	}
+	// B's flight recorder took the exec over: its start (from A's
+	// records) and its end.
+	waitfor.Cond(t, "B's flight recorder to record the moved exec's end", func() bool {
+		list, err := c.Events(ctx, mc.id, client.EventQuery{Types: []client.AuditEventType{client.AuditEventTypeExec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var started, ended bool
+		for _, ev := range list.Events {
+			if ev.Exec == nil || ev.Exec.ExecID != mc.execID {
+				continue
+			}
+			started = started || ev.Exec.Phase == client.ExecAuditPhaseStart
+			ended = ended || ev.Exec.Phase == client.ExecAuditPhaseEnd && ev.Exec.ExitCode != nil && *ev.Exec.ExitCode == 0
+		}
+		return started && ended
+	})
 	t.Logf("after the move: the exec read on from byte %d to its exit (%d bytes more), token, public port and share link kept", from, rest.Len())
 }
 
