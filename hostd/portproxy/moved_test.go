@@ -77,7 +77,7 @@ func TestMovedServiceRecords(t *testing.T) {
 		{Token: "", ShareKey: recs.ShareKey},
 		{Token: recs.Token, ShareKey: recs.ShareKey, Public: []int{0}},
 		{Token: recs.Token, ShareKey: recs.ShareKey, Public: []int{80, 80}},
-		{Token: recs.Token, ShareKey: recs.ShareKey, Public: make([]int, 2000)},
+		{Token: recs.Token, ShareKey: recs.ShareKey, Public: make([]int, 70000)},
 	}
 	for _, r := range bad {
 		if err := b2.SetServiceRecords("sb-other", r); !errors.Is(err, sandbox.ErrInvalid) {

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/agentbox/agentbox/hostd/recorder"
 	"github.com/agentbox/agentbox/hostd/store"
@@ -14,6 +16,9 @@ const (
 	maxMovedExecs    = 256
 	maxMovedArgv     = 1024
 	maxMovedArgBytes = 64 << 10
+	// maxMovedExecBytes bounds their JSON in the manifest's Meta (whose
+	// bound, chunks.MaxMetaBytes, a pause must never pass).
+	maxMovedExecBytes = 256 << 10
 )
 
 // movedExec is an exec that had started and not ended when its sandbox
@@ -39,18 +44,26 @@ func (m *Manager) openExecsOf(ctx context.Context, id string) ([]movedExec, erro
 	if err != nil {
 		return nil, err
 	}
-	if len(open) > maxMovedExecs {
-		m.log.Warn("paused sandbox: only the newest open execs go with it", "sandbox_id", id, "open", len(open), "kept", maxMovedExecs)
-		open = open[len(open)-maxMovedExecs:]
-	}
-	out := make([]movedExec, 0, len(open))
-	for _, o := range open {
+	// The newest first, within the bounds; the oldest are left out.
+	var out []movedExec
+	size := 0
+	for i := len(open) - 1; i >= 0 && len(out) < maxMovedExecs; i-- {
+		o := open[i]
 		me := movedExec{Data: o.data, APIKey: o.cause.Key}
 		if o.cause.Span.IsValid() {
 			me.TraceID, me.SpanID = o.cause.Span.TraceID().String(), o.cause.Span.SpanID().String()
 		}
+		b, err := json.Marshal(me)
+		if err != nil || size+len(b) > maxMovedExecBytes || validMovedExecs([]movedExec{me}) != nil {
+			continue
+		}
+		size += len(b)
 		out = append(out, me)
 	}
+	if len(out) < len(open) {
+		m.log.Warn("paused sandbox: only its newest open execs go with it", "sandbox_id", id, "open", len(open), "kept", len(out))
+	}
+	slices.Reverse(out)
 	return out, nil
 }
 

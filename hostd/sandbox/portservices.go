@@ -2,14 +2,13 @@ package sandbox
 
 import (
 	"fmt"
-	"slices"
 	"sync/atomic"
 )
 
 // Bounds of a moved sandbox's service records (they come from the
 // snapshot store, which another host wrote).
 const (
-	maxMovedPublicPorts = 1024
+	maxMovedPublicPorts = 65535 // every port, once
 	maxMovedTokenLen    = 128
 	shareKeyLen         = 32
 )
@@ -30,10 +29,12 @@ func (r ServiceRecords) Validate() error {
 	if len(r.Public) > maxMovedPublicPorts {
 		return fmt.Errorf("%w: %d public ports, over %d", ErrInvalid, len(r.Public), maxMovedPublicPorts)
 	}
-	for i, p := range r.Public {
-		if p < 1 || p > 65535 || slices.Contains(r.Public[:i], p) {
+	var seen [65536]bool
+	for _, p := range r.Public {
+		if p < 1 || p > 65535 || seen[p] {
 			return fmt.Errorf("%w: public port %d", ErrInvalid, p)
 		}
+		seen[p] = true
 	}
 	if r.Token == "" || len(r.Token) > maxMovedTokenLen {
 		return fmt.Errorf("%w: an access token of %d bytes", ErrInvalid, len(r.Token))
