@@ -33,8 +33,10 @@ cd /root/files && sha256sum f* > /root/sums`
 // TestPortablePause: two hostds with their own data directories share one
 // snapshot store. A pause on A with the store down fails and the sandbox
 // runs on; a pause on A is durable; A is killed with -9 and B resumes the
-// sandbox it never held: the counter goes on, the 200 files match. A
-// sandbox paused on B whose chunk was flipped in the store is refused on
+// sandbox it never held: the counter goes on, the 200 files match, a
+// background exec started on A reads on by offset to its exit, a service
+// URL keeps its token and public port, and a share link made on A opens
+// it on B (movedChecks). A sandbox paused on B whose chunk was flipped in the store is refused on
 // A with a digest error, and A holds nothing of it. A, back, releases its
 // copy of the moved sandbox; the store keeps it.
 func TestPortablePause(t *testing.T) {
@@ -79,6 +81,7 @@ func TestPortablePause(t *testing.T) {
 	}
 	sh(a.c, sb.ID, portableCounter)
 	waitfor.Cond(t, "the counter to count", func() bool { return count(a.c, sb.ID) > 2 })
+	moved := movedWork(t, a.c, dataA, sb.ID)
 
 	// The store is down: the pause fails, the sandbox runs on.
 	s3.SetDown(true)
@@ -121,6 +124,7 @@ func TestPortablePause(t *testing.T) {
 	if bad := sh(b.c, sb.ID, "cd /root/files && sha256sum -c /root/sums 2>/dev/null | grep -vc ': OK$' || true"); bad != "0" {
 		t.Fatalf("%s mismatches after the resume on B", bad)
 	}
+	moved.check(t, b.c, dataB)
 	// For comparison: a pause on B (its lineage is in the store already)
 	// and a local resume there.
 	s3.ResetCounts()

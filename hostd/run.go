@@ -151,6 +151,8 @@ func RunWithReady(ctx context.Context, cfg Config, ready func(addr string)) erro
 		return fmt.Errorf("hostd: %w", err)
 	}
 	defer ports.Close()
+	// A sandbox's service records go with it to a host that imports it.
+	mgr.SetServiceRecords(ports)
 	images, err := newImageTemplates(cfg, st, mgr.Service(), box, log)
 	if err != nil {
 		return fmt.Errorf("hostd: %w", err)

@@ -290,8 +290,9 @@ func (e *env) manifest(t *testing.T, id string) manifest {
 	return m
 }
 
-// 5. A chunk flipped in the store: the resume elsewhere is refused with a
-// digest error (the sandbox stays where it was); another resumes.
+// 5. A chunk flipped in the store: the move elsewhere is refused with a
+// digest error (the sandbox stays where it was, and resumes there);
+// another moves and resumes.
 func portableFlippedChunk(t *testing.T, e *env) {
 	ctx := context.Background()
 	bad, good := e.create(t, e.a), e.create(t, e.a)
@@ -342,18 +343,22 @@ func portableFlippedChunk(t *testing.T, e *env) {
 	if err := e.f.Store().PutDirect(fleettest.StoreBucket, key, obj); err != nil {
 		t.Fatal(err)
 	}
-	// A paused sandbox's migrate moves its row (the new host imports it on
-	// its next resume): the resume there meets the flipped chunk.
-	if _, err := e.a.Migrate(ctx, bad.ID, ""); err != nil {
-		t.Fatalf("migrate of a paused sandbox: %v", err)
-	}
-	_, err = e.a.Resume(ctx, bad.ID)
+	// A paused sandbox's migrate imports it on the new host before its
+	// old host releases it: the import meets the flipped chunk, and the
+	// sandbox stays where it was, which still holds it.
+	_, err = e.a.Migrate(ctx, bad.ID, "")
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Code != "snapshot_corrupt" {
-		t.Fatalf("resume elsewhere with a flipped chunk: %v, want snapshot_corrupt", err)
+		t.Fatalf("migrate elsewhere with a flipped chunk: %v, want snapshot_corrupt", err)
 	}
 	if !strings.Contains(ae.Message, flipped[:12]) && !strings.Contains(strings.ToLower(ae.Message), "digest") {
 		t.Fatalf("refusal does not name the digest: %v", ae)
+	}
+	if r, _ := e.st.Get(ctx, bad.ID); r.Host != rb.Host {
+		t.Fatalf("after the refused migrate the row is on %s, want %s", r.Host, rb.Host)
+	}
+	if r, err := e.a.Resume(ctx, bad.ID); err != nil || r.State != "running" {
+		t.Fatalf("resume where it was after the refused migrate: %+v %v", r, err)
 	}
 	if _, err := e.a.Migrate(ctx, good.ID, ""); err != nil {
 		t.Fatalf("the other sandbox: %v", err)

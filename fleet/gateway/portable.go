@@ -244,8 +244,10 @@ func (g *Gateway) release(ctx context.Context, old store.Sandbox) {
 // move moves sb to another host (to, or a placed one when ""), keeping
 // its state: a running sandbox is paused durably on its host, its row
 // moved, resumed on the new host (which imports it), and released on the
-// old one; a paused one is made durable if it is not, and its row moved
-// (the new host imports it on its next resume). On a failure after the
+// old one; a paused one is made durable if it is not, its row moved, and,
+// when its old host is live, imported on the new host (resumed and paused
+// again there) before the old host releases it; one whose host is gone is
+// imported by the new host on its next resume. On a failure after the
 // pause the sandbox comes back where it was: nothing is lost.
 func (g *Gateway) move(ctx context.Context, sb store.Sandbox, to string) (store.Sandbox, error) {
 	dctx, cancel := g.dbctx(ctx)
@@ -293,7 +295,12 @@ func (g *Gateway) move(ctx context.Context, sb store.Sandbox, to string) (store.
 		return sb, g.putBack(ctx, old, running, err)
 	}
 	moved := g.rowOn(old, h)
-	if running {
+	// A paused sandbox whose old host holds it is resumed on the new host
+	// too (which imports it, every chunk verified) and paused there again
+	// before the old host releases its copy: a stored copy that is bad is
+	// met while the old one is still there to come back to.
+	verify := !running && old.HostState == store.HostLive
+	if running || verify {
 		if _, err := g.resumeOn(ctx, moved); err != nil {
 			g.log.Warn("migrate: the new host did not resume the sandbox; bringing it back", "sandbox_id", sb.ID, "to", h.Name, "err", err)
 			if cur, ferr := g.fresh(ctx, sb.ID); ferr == nil {
@@ -307,6 +314,15 @@ func (g *Gateway) move(ctx context.Context, sb store.Sandbox, to string) (store.
 			return sb, g.putBack(ctx, old, running, err)
 		}
 		moved.State = store.StateRunning
+		if verify {
+			if err := g.pauseDurable(ctx, moved); err != nil {
+				// It runs on, on the new host: nothing is lost, but the
+				// old copy is no longer the sandbox.
+				g.log.Warn("migrate: the paused sandbox was imported on the new host and did not pause again there; it runs there", "sandbox_id", sb.ID, "to", h.Name, "err", err)
+			} else {
+				moved.State = store.StatePaused
+			}
+		}
 	}
 	if old.HostState == store.HostLive {
 		g.release(ctx, old)

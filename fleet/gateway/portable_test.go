@@ -24,6 +24,8 @@ type bucket struct {
 	mu  sync.Mutex
 	obj map[string]string
 	n   int
+	// corrupt: these sandboxes' stored copies fail their digests.
+	corrupt map[string]bool
 }
 
 // portableHost stands in for a hostd with --snapshot-store, with the
@@ -153,9 +155,15 @@ func (h *portableHost) op(w http.ResponseWriter, id, op string, answer, notFound
 		if !ok {
 			h.b.mu.Lock()
 			_, inStore := h.b.obj[id]
+			bad := h.b.corrupt[id]
 			h.b.mu.Unlock()
 			if !inStore {
 				notFound(id)
+				return
+			}
+			if bad {
+				w.WriteHeader(http.StatusUnprocessableEntity)
+				fmt.Fprintf(w, `{"error":{"code":"snapshot_corrupt","message":"sandbox %s: a chunk fails its digest"}}`, id)
 				return
 			}
 			h.imported++
@@ -207,7 +215,7 @@ type portableFleet struct {
 func startPortable(t *testing.T, portable bool, names ...string) *portableFleet {
 	t.Helper()
 	f := &portableFleet{Fleet: gatewaytest.Start(t), hosts: map[string]*portableHost{}}
-	b := &bucket{obj: map[string]string{}}
+	b := &bucket{obj: map[string]string{}, corrupt: map[string]bool{}}
 	for _, n := range names {
 		h := newPortableHost(t, n, b, !strings.HasSuffix(n, "-nostore"))
 		f.hosts[n] = h
@@ -449,4 +457,48 @@ func TestForkPastItsParentsHostGoesElsewhere(t *testing.T) {
 	}
 	_, err = g.c.Fork(ctx, p, 1)
 	wantCode(t, err, http.StatusInsufficientStorage, gateway.CodeNoCapacity)
+}
+
+// TestMigrateOfAPausedSandboxKeepsItsCopyUntilImported: a paused sandbox
+// moves only once its new host has imported it (resumed and paused again
+// there); then its old host releases its copy. When the stored copy is
+// bad, the new host refuses it, the row comes back to the old host,
+// which still holds it, and it resumes there: nothing is lost.
+func TestMigrateOfAPausedSandboxKeepsItsCopyUntilImported(t *testing.T) {
+	f := startPortable(t, true, "h1", "h2")
+	ctx := context.Background()
+	good, bad := f.create(t, "h1"), f.create(t, "h1")
+	for _, id := range []string{good, bad} {
+		if _, err := f.c.Pause(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved, err := f.c.Migrate(ctx, good, "h2")
+	if err != nil || moved.State != "paused" {
+		t.Fatalf("migrate of a paused sandbox: %+v %v", moved, err)
+	}
+	if r := f.row(t, good); r.Host != "h2" || r.State != store.StatePaused || r.Durable == "" {
+		t.Fatalf("row after the migrate: %+v", r)
+	}
+	if f.hosts["h1"].state(good) != "" || f.hosts["h2"].state(good) != "paused" || f.hosts["h2"].imported != 1 {
+		t.Fatalf("after the migrate: h1 %q, h2 %q (imported %d)", f.hosts["h1"].state(good), f.hosts["h2"].state(good), f.hosts["h2"].imported)
+	}
+
+	f.hosts["h1"].b.mu.Lock()
+	f.hosts["h1"].b.corrupt[bad] = true
+	f.hosts["h1"].b.mu.Unlock()
+	if _, err := f.c.Migrate(ctx, bad, "h2"); err == nil {
+		t.Fatal("migrate of a sandbox whose stored copy is bad succeeded")
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	if r := f.row(t, bad); r.Host != "h1" || r.State != store.StatePaused {
+		t.Fatalf("row after the refused migrate: %+v", r)
+	}
+	if f.hosts["h1"].state(bad) != "paused" || f.hosts["h2"].state(bad) != "" {
+		t.Fatalf("after the refused migrate: h1 %q, h2 %q", f.hosts["h1"].state(bad), f.hosts["h2"].state(bad))
+	}
+	if sb, err := f.c.Resume(ctx, bad); err != nil || sb.State != "running" || f.row(t, bad).Host != "h1" {
+		t.Fatalf("resume where it was: %+v %v", sb, err)
+	}
 }

@@ -103,6 +103,8 @@ func (s *server) ReleaseSandbox(w http.ResponseWriter, r *http.Request, id Sandb
 		s.writeError(w, r, err)
 		return
 	}
+	// Its service records went with it (the store has them).
+	s.forgetPorts(r, id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -55,7 +55,8 @@ type Options struct {
 	// only path-based ones.
 	Domain string
 	// DataDir holds portproxy.key (the HMAC key of tokens and share links,
-	// mode 0600) and public-ports.json.
+	// mode 0600), public-ports.json and moved-credentials.json (those of
+	// sandboxes imported from another host).
 	DataDir string
 	Logger  *slog.Logger
 	// Now is the clock that share links are made and checked by; nil is
@@ -101,12 +102,16 @@ func New(opts Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	moved, err := loadMoved(filepath.Join(opts.DataDir, "moved-credentials.json"))
+	if err != nil {
+		return nil, err
+	}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	p := &Proxy{sbx: opts.Sandboxes, auth: opts.Auth, domain: normDomain(opts.Domain),
-		sign: &signer{key: key, now: now}, public: pub, log: log,
+		sign: &signer{key: key, now: now, moved: moved}, public: pub, log: log,
 		res: resumer{pending: map[string]chan struct{}{}}, limit: newLimiter(opts.MaxConnsPerSandbox, opts.Budget, log)}
 	p.tr = &http.Transport{
 		DialContext:           p.dial,
@@ -234,8 +239,11 @@ func (p *Proxy) SetPublic(id string, port int, public bool) error {
 	return p.public.set(id, port, public)
 }
 
-// Forget drops what the proxy keeps about a deleted sandbox.
-func (p *Proxy) Forget(id string) error { return p.public.forget(id) }
+// Forget drops what the proxy keeps about a deleted sandbox (or one that
+// moved away).
+func (p *Proxy) Forget(id string) error {
+	return errors.Join(p.public.forget(id), p.sign.moved.set(id, movedCred{}, true))
+}
 
 // ShareToken returns a share-link token for sandbox id's port that expires
 // after ttl; append it to a service URL as ?token=.

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 )
@@ -82,22 +81,5 @@ func (p *publicPorts) forget(id string) error {
 
 // write replaces the file atomically. Call with mu held.
 func (p *publicPorts) write(m map[string][]int) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(p.path), ".public-ports-*")
-	if err != nil {
-		return fmt.Errorf("portproxy: write public ports: %w", err)
-	}
-	_, werr := tmp.Write(b)
-	if err := errors.Join(werr, tmp.Chmod(0o600), tmp.Sync(), tmp.Close()); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("portproxy: write public ports: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), p.path); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("portproxy: write public ports: %w", err)
-	}
-	return nil
+	return writeJSONFile(p.path, ".public-ports-*", m)
 }

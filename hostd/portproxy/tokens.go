@@ -29,6 +29,9 @@ const keySize = 32
 type signer struct {
 	key []byte
 	now func() time.Time
+	// moved holds the credentials of sandboxes made on another host (nil:
+	// none).
+	moved *movedCreds
 }
 
 // loadKey reads the HMAC key at path, creating it (mode 0600) if missing.
@@ -59,24 +62,56 @@ func loadKey(path string) ([]byte, error) {
 	return b, nil
 }
 
-func (s *signer) mac(parts ...string) string {
-	h := hmac.New(sha256.New, s.key)
+func (s *signer) mac(parts ...string) string { return macWith(s.key, parts...) }
+
+func macWith(key []byte, parts ...string) string {
+	return base64.RawURLEncoding.EncodeToString(rawMAC(key, parts...))
+}
+
+func rawMAC(key []byte, parts ...string) []byte {
+	h := hmac.New(sha256.New, key)
 	h.Write([]byte(strings.Join(parts, "\x00")))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	return h.Sum(nil)
 }
 
 // token is sandbox id's access token; it opens every port of the sandbox.
-func (s *signer) token(id string) string { return tokenPrefix + s.mac("token", id) }
+// A sandbox that moved here keeps the token its first host made.
+func (s *signer) token(id string) string {
+	if c, ok := s.moved.get(id); ok {
+		return c.Token
+	}
+	return tokenPrefix + s.mac("token", id)
+}
+
+// shareKey is the key that signs sandbox id's share links: derived from
+// the host's key for a sandbox made here, carried for one that moved (it
+// goes with the sandbox; the host's key does not).
+func (s *signer) shareKey(id string) []byte {
+	if c, ok := s.moved.get(id); ok {
+		return c.ShareKey
+	}
+	return rawMAC(s.key, "share-key", id)
+}
 
 // share returns a share-link token for sandbox id's port that expires at
 // exp, minted by API key keyID ("" for none): abs_EXP.MAC, or
 // abs_EXP.KEYID.MAC with the key's id signed in.
 func (s *signer) share(id string, port int, exp time.Time, keyID string) string {
+	return shareWith(s.shareKey(id), id, port, exp, keyID)
+}
+
+// legacyShare is share as links were signed before share keys (by the
+// host's key itself), still accepted for sandboxes made here.
+func (s *signer) legacyShare(id string, port int, exp time.Time, keyID string) string {
+	return shareWith(s.key, id, port, exp, keyID)
+}
+
+func shareWith(key []byte, id string, port int, exp time.Time, keyID string) string {
 	e := strconv.FormatInt(exp.Unix(), 10)
 	if keyID == "" {
-		return sharePrefix + e + "." + s.mac("share", id, strconv.Itoa(port), e)
+		return sharePrefix + e + "." + macWith(key, "share", id, strconv.Itoa(port), e)
 	}
-	return sharePrefix + e + "." + keyID + "." + s.mac("share", id, strconv.Itoa(port), e, keyID)
+	return sharePrefix + e + "." + keyID + "." + macWith(key, "share", id, strconv.Itoa(port), e, keyID)
 }
 
 // verdict is what a presented credential is worth.
@@ -115,7 +150,9 @@ func (s *signer) checkShare(cred, id string, port int) (verdict, time.Time, stri
 		}
 		exp := time.Unix(unix, 0)
 		if !hmac.Equal([]byte(cred), []byte(s.share(id, port, exp, keyID))) {
-			return invalid, time.Time{}, ""
+			if _, moved := s.moved.get(id); moved || !hmac.Equal([]byte(cred), []byte(s.legacyShare(id, port, exp, keyID))) {
+				return invalid, time.Time{}, ""
+			}
 		}
 		if !s.now().Before(exp) {
 			return expired, exp, keyID

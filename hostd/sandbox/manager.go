@@ -162,6 +162,8 @@ type Manager struct {
 	jail *vmmJail
 	// port is the snapshot store's side (portable.go; nil without one).
 	port *portable
+	// services keeps the sandboxes' service records (portservices.go).
+	services services
 
 	// bgMu guards closed and the adding to bg: Close waits for bg, the
 	// goroutines of background work (watchers, pool refills, timers).

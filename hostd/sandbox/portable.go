@@ -89,6 +89,11 @@ type pausedMeta struct {
 	Limits     json.RawMessage `json:"limits,omitempty"`
 	Network    []byte          `json:"network,omitempty"`
 	Owner      *store.Owner    `json:"owner,omitempty"`
+	// Services are its service URLs' records (public ports, token, share
+	// links' key); nil when the exporting host kept none.
+	Services *ServiceRecords `json:"services,omitempty"`
+	// Execs are its execs that had not ended (portexecs.go).
+	Execs []movedExec `json:"execs,omitempty"`
 }
 
 // snapshotMeta is a snapshot manifest's Meta: its record (Dir is local).
@@ -224,6 +229,18 @@ func (m *Manager) exportPaused(ctx context.Context, b *runningVM, dir string) (d
 		}
 	}
 	meta.Owner = m.ownerOf(ctx, store.KindSandbox, b.id)
+	if sv := m.services.get(); sv != nil {
+		r, err := sv.ServiceRecords(b.id)
+		if err != nil {
+			return durable{}, fmt.Errorf("sandbox: service records: %w", err)
+		}
+		meta.Services = &r
+	}
+	if meta.Execs, err = m.openExecsOf(ctx, b.id); err != nil {
+		// Its execs move with the guest; only this host's record of them
+		// is left behind.
+		m.log.Warn("paused sandbox: its open execs are not in its records", "sandbox_id", b.id, "err", err)
+	}
 	files := map[string]string{}
 	for _, n := range chain {
 		files[diskPrefix+n] = filepath.Join(b.dir, n)

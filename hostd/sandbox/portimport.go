@@ -58,6 +58,14 @@ func (m *Manager) importSandbox(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: manifest %s: disk layer %q", ErrCorrupt, man.ID, n)
 		}
 	}
+	if meta.Services != nil {
+		if err := meta.Services.Validate(); err != nil {
+			return fmt.Errorf("%w: manifest %s: its service records: %w", ErrCorrupt, man.ID, err)
+		}
+	}
+	if err := validMovedExecs(meta.Execs); err != nil {
+		return fmt.Errorf("%w: manifest %s: its execs: %w", ErrCorrupt, man.ID, err)
+	}
 	if meta.SnapshotID != man.Parent {
 		return fmt.Errorf("%w: manifest %s: snapshot %s, parent %s", ErrCorrupt, man.ID, meta.SnapshotID, man.Parent)
 	}
@@ -105,6 +113,7 @@ func (m *Manager) importSandbox(ctx context.Context, id string) error {
 		os.RemoveAll(final)
 		return fmt.Errorf("sandbox: import %s: %w", id, err)
 	}
+	m.recordMovedExecs(ctx, id, meta.Execs)
 	m.log.Info("sandbox imported from the snapshot store", "sandbox_id", id, "manifest", man.ID, "from_host", ref.Host,
 		"bytes", stats.Bytes, "fetched_chunks", stats.Fetched, "cache_hits", stats.CacheHits, "fetched_bytes", stats.TransferBytes, "took", time.Since(start))
 	return nil
@@ -194,6 +203,12 @@ func (m *Manager) importRecords(ctx context.Context, meta pausedMeta, dir string
 	if os, ok := m.opts.Store.(ownerStore); ok && err == nil && meta.Owner != nil {
 		err = os.SetOwner(ctx, store.KindSandbox, id, *meta.Owner)
 	}
+	sv := m.services.get()
+	if sv != nil && err == nil && meta.Services != nil {
+		if err = sv.SetServiceRecords(id, *meta.Services); err != nil {
+			err = fmt.Errorf("%w: its service records: %w", ErrCorrupt, err)
+		}
+	}
 	if err == nil {
 		rec := meta.Sandbox
 		rec.Dir, rec.State, rec.VMPID, rec.Error = dir, string(StatePaused), 0, ""
@@ -202,6 +217,9 @@ func (m *Manager) importRecords(ctx context.Context, meta pausedMeta, dir string
 	if err != nil {
 		_ = m.opts.Store.DeleteSandboxVM(context.WithoutCancel(ctx), id)
 		_ = m.opts.Store.DeleteSandboxLimits(context.WithoutCancel(ctx), id)
+		if sv != nil && meta.Services != nil {
+			_ = sv.Forget(id)
+		}
 	}
 	return err
 }
