@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -273,7 +274,7 @@ func (b *BaseCatalog) assetDigest(paths ...string) (string, error) {
 		d := ""
 		if p != "" {
 			var err error
-			if d, err = fileDigest(p); err != nil {
+			if d, err = FileDigest(p); err != nil {
 				return "", err
 			}
 		}
@@ -291,12 +292,16 @@ var digestName = regexp.MustCompile(`-([0-9a-f]{64})\.[a-z0-9]+$`)
 // tests start many hostds on the same assets).
 var digests sync.Map
 
-// fileDigest is the sha256 of path's content: taken from its name when it
-// is named by it, else read (once per path, size and mtime).
-func fileDigest(path string) (string, error) {
+// FileDigest is the hex sha256 of path's content: taken from its name (or
+// its link target's) when it is named by it, else read (once per path,
+// size and mtime, process-wide).
+func FileDigest(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
 	}
 	if m := digestName.FindStringSubmatch(path); m != nil {
 		return m[1], nil

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"github.com/cavaliergopher/cpio"
 
 	"github.com/agentbox/agentbox/images/oci"
+	"github.com/agentbox/agentbox/snapshot"
 )
 
 // maxModules bounds a modules directory's modules.order.
@@ -125,16 +124,11 @@ func (b *Builder) initramfsWith(dir string) (string, []string, error) {
 
 // fileDigest is "sha256:" and the hex sha256 of file p.
 func fileDigest(p string) (string, error) {
-	f, err := os.Open(p)
+	d, err := snapshot.FileDigest(p)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return "sha256:" + d, nil
 }
 
 // moduleOrder reads dir/modules.order: plain names of files in dir.

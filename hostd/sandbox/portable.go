@@ -2,16 +2,12 @@ package sandbox
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,39 +134,15 @@ func (m *Manager) requires() (map[string]string, error) {
 			if path == "" {
 				continue
 			}
-			d, err := assetDigest(path)
+			d, err := snapshot.FileDigest(path)
 			if err != nil {
 				p.reqErr = fmt.Errorf("sandbox: digest of the %s: %w", k, err)
 				return
 			}
-			p.req[k] = d
+			p.req[k] = "sha256:" + d
 		}
 	})
 	return p.req, p.reqErr
-}
-
-// baseNameRE is a base image named by its digest (images/ names them so).
-var baseNameRE = regexp.MustCompile(`^base-([0-9a-f]{64})\.qcow2$`)
-
-// assetDigest is "sha256:<hex>" of the file at path; a base image named
-// by its digest is not read again.
-func assetDigest(path string) (string, error) {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		if mm := baseNameRE.FindStringSubmatch(filepath.Base(real)); mm != nil {
-			return "sha256:" + mm[1], nil
-		}
-		path = real
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // diskChain lists the layers of overlay's backing chain in the sandbox
