@@ -34,15 +34,8 @@ type movedCred struct {
 
 func loadMoved(path string) (*movedCreds, error) {
 	c := &movedCreds{path: path, m: map[string]movedCred{}}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return c, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("portproxy: read moved credentials: %w", err)
-	}
-	if err := json.Unmarshal(b, &c.m); err != nil {
-		return nil, fmt.Errorf("portproxy: parse %s: %w", path, err)
+	if err := readJSONFile(path, "moved credentials", &c.m); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -110,6 +103,22 @@ func (p *Proxy) SetServiceRecords(id string, r sandbox.ServiceRecords) error {
 		if err := p.public.set(id, port, true); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// readJSONFile decodes the JSON file at path (what names it in errors)
+// into v; a file that does not exist leaves v as it is.
+func readJSONFile(path, what string, v any) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("portproxy: read %s: %w", what, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("portproxy: parse %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,12 +1,7 @@
 package portproxy
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 )
@@ -22,15 +17,8 @@ type publicPorts struct {
 
 func loadPublic(path string) (*publicPorts, error) {
 	p := &publicPorts{path: path, ports: map[string][]int{}}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return p, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("portproxy: read public ports: %w", err)
-	}
-	if err := json.Unmarshal(b, &p.ports); err != nil {
-		return nil, fmt.Errorf("portproxy: parse %s: %w", path, err)
+	if err := readJSONFile(path, "public ports", &p.ports); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
