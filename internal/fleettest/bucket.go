@@ -1,14 +1,11 @@
 package fleettest
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,11 +118,4 @@ func (f *Fleet) storeEnv() []string {
 		return nil
 	}
 	return []string{"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey}
-}
-
-// hostdHasStore reports whether the built hostd takes --snapshot-store
-// (issue 40b's).
-func hostdHasStore(ctx context.Context, bin string) bool {
-	out, _ := exec.CommandContext(ctx, filepath.Join(bin, "hostd"), "--help").CombinedOutput()
-	return strings.Contains(string(out), "snapshot-store")
 }

@@ -56,8 +56,7 @@ type Options struct {
 	MaxSandboxes int
 	// SnapshotStore gives the fleet a snapshot store (an s3test bucket on
 	// the bridge address) and starts hosts and gateways with
-	// --snapshot-store (portable snapshots, issue 40). Start fails with
-	// ErrNoSnapshotStore when the built hostd does not take the flag.
+	// --snapshot-store (portable snapshots, issue 40).
 	SnapshotStore bool
 	// HostArgs and GatewayArgs are more flags for every hostd and gateway
 	// (after the kit's own: a later flag wins).
@@ -90,10 +89,6 @@ type Fleet struct {
 	netHosts int   // namespaces made
 }
 
-// ErrNoSnapshotStore is a fleet with Options.SnapshotStore whose hostd
-// has no --snapshot-store; New skips the test on it.
-var ErrNoSnapshotStore = errors.New("fleettest: this hostd has no --snapshot-store (portable snapshots)")
-
 // New starts a fleet for t and closes it in t's Cleanup; it skips t where
 // the machine cannot run one (not root, no ip or nsenter, no PostgreSQL).
 func New(t testing.TB, o Options) *Fleet {
@@ -107,7 +102,7 @@ func New(t testing.TB, o Options) *Fleet {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f, err := Start(ctx, o)
-	if errors.Is(err, pgserver.ErrNoPostgres) || errors.Is(err, ErrNoSnapshotStore) {
+	if errors.Is(err, pgserver.ErrNoPostgres) {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -185,9 +180,6 @@ func Start(ctx context.Context, o Options) (_ *Fleet, err error) {
 	f.record(f.pg.PID())
 	o.Logf("fleettest: postgres pid %d at %s", f.pg.PID(), f.DSN())
 	if o.SnapshotStore {
-		if !hostdHasStore(ctx, f.bin) {
-			return nil, ErrNoSnapshotStore
-		}
 		if f.bucket, err = startBucket(f.net.gatewayIP()); err != nil {
 			return nil, err
 		}
