@@ -34,16 +34,7 @@ func openSnapshotStore(c SnapshotStoreConfig, dataDir string, cfg Config) (*chun
 	if !c.On() {
 		return nil, nil
 	}
-	s3, err := chunks.ParseURL(c.URL)
-	if err != nil {
-		return nil, fmt.Errorf("hostd: --snapshot-store: %w", err)
-	}
-	if c.CredentialsFile != "" {
-		if s3.AccessKey, s3.SecretKey, err = chunks.ReadCredentials(c.CredentialsFile); err != nil {
-			return nil, fmt.Errorf("hostd: --snapshot-store-credentials: %w", err)
-		}
-	}
-	b, err := chunks.NewS3(s3)
+	b, err := chunks.OpenS3(c.URL, c.CredentialsFile)
 	if err != nil {
 		return nil, fmt.Errorf("hostd: --snapshot-store: %w", err)
 	}

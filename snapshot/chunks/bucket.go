@@ -220,6 +220,22 @@ func (b *S3) wrap(op, key string, err error) error {
 	return fmt.Errorf("%w: %s s3://%s/%s: %w", ErrUnavailable, op, b.bucket, b.key(key), err)
 }
 
+// OpenS3 is the bucket of a store URL (ParseURL), with the credentials of
+// credsFile (ReadCredentials) when it is set, else of the URL or the AWS
+// environment (NewS3).
+func OpenS3(storeURL, credsFile string) (*S3, error) {
+	cfg, err := ParseURL(storeURL)
+	if err != nil {
+		return nil, err
+	}
+	if credsFile != "" {
+		if cfg.AccessKey, cfg.SecretKey, err = ReadCredentials(credsFile); err != nil {
+			return nil, fmt.Errorf("credentials: %w", err)
+		}
+	}
+	return NewS3(cfg)
+}
+
 // ReadCredentials reads a store's access key and secret key from a file:
 // either two lines (the access key, then the secret key) or KEY=VALUE
 // lines with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any case; blank

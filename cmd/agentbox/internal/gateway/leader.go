@@ -29,16 +29,7 @@ var chunkGrace = time.Hour
 // deleted from the bucket (its key "chunks/<digest>" under the URL's
 // prefix), then its row (fleet/store's CollectChunks).
 func chunkCollector(storeURL, credsFile string, st *store.Store) (func(context.Context) (int, error), error) {
-	cfg, err := chunks.ParseURL(storeURL)
-	if err != nil {
-		return nil, err
-	}
-	if credsFile != "" {
-		if cfg.AccessKey, cfg.SecretKey, err = chunks.ReadCredentials(credsFile); err != nil {
-			return nil, err
-		}
-	}
-	bucket, err := chunks.NewS3(cfg)
+	bucket, err := chunks.OpenS3(storeURL, credsFile)
 	if err != nil {
 		return nil, err
 	}
